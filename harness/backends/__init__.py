@@ -1,0 +1,76 @@
+"""Model backends behind one protocol, named by spec strings `KIND:NAME` or by alias.
+
+    openai:gpt-4.1            any OpenAI-compatible server (--base-url / $OPENAI_BASE_URL)
+    hf:Qwen/Qwen3-8B          transformers, CPU or GPU; also hf:/ckpt/dir and hf:/path/model.gguf
+    vllm:Qwen/Qwen3-8B        the offline vLLM engine (GPU extra)
+    smollm2-135m              alias of a real model shipped on PyPI (see `harness list models`)
+
+Backend modules register themselves on import and keep torch/transformers/vllm imports inside functions, so
+importing this package stays cheap.
+"""
+
+from __future__ import annotations
+
+from harness.backends.base import (
+    Backend,
+    BackendOptions,
+    Completion,
+    GenerateRequest,
+    LogprobRequest,
+    LogprobResult,
+    Message,
+    SamplingParams,
+    Usage,
+)
+from harness.errors import ConfigError
+from harness.registry import lookup, names
+
+# Registration side effects: each module calls `register("backend", ...)` / `register("model", ...)`.
+from harness.backends import hf as _hf  # noqa: E402,F401
+from harness.backends import models as _models  # noqa: E402,F401
+from harness.backends import openai_backend as _openai  # noqa: E402,F401
+from harness.backends import vllm_backend as _vllm  # noqa: E402,F401
+
+__all__ = [
+    "Backend",
+    "BackendOptions",
+    "Completion",
+    "GenerateRequest",
+    "LogprobRequest",
+    "LogprobResult",
+    "Message",
+    "SamplingParams",
+    "Usage",
+    "load_backend",
+    "parse_spec",
+]
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """Split `KIND:NAME` (or resolve an alias) into (kind, name).
+
+    Raises:
+        ConfigError: for an empty spec, an unknown kind or an unknown alias, listing the valid choices.
+    """
+    spec = spec.strip()
+    if not spec:
+        raise ConfigError("empty model spec; expected KIND:NAME or an alias")
+    kind, sep, name = spec.partition(":")
+    if sep and kind in names("backend"):
+        if not name:
+            raise ConfigError(f"model spec {spec!r} names no model after {kind + ':'!r}")
+        return kind, name
+    if spec in names("model"):
+        return parse_spec(lookup("model", spec).resolve())
+    kinds = ", ".join(f"{k}:NAME" for k in names("backend"))
+    aliases = ", ".join(names("model"))
+    if sep:
+        raise ConfigError(f"unknown backend kind {kind!r} in model spec {spec!r}; valid: {kinds}")
+    raise ConfigError(f"unknown model alias {spec!r}; valid aliases: {aliases}; or a spec: {kinds}")
+
+
+def load_backend(spec: str, options: BackendOptions | None = None) -> Backend:
+    """Build the backend a spec names (without the call cache; see `harness.cache.CachedBackend`)."""
+    kind, name = parse_spec(spec)
+    factory = lookup("backend", kind)
+    return factory(name, options or BackendOptions())

@@ -1,0 +1,215 @@
+"""The backend protocol: batch in, batch out, async at the boundary.
+
+Every model the harness talks to (an OpenAI-compatible server, a transformers model, a vLLM engine) implements
+`Backend`. Requests and results are frozen records. A backend never raises for a single bad request: it returns a
+result whose `error` says what went wrong (`harness.errors.Failure`), so one failure cannot lose a batch. It raises
+`HarnessError` only for problems that stop everything (model missing, server unreachable at start-up).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from harness.errors import Failure
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat turn."""
+
+    role: Role
+    """Who speaks."""
+    content: str
+    """What they say."""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Semantic sampling parameters: everything here changes the output, so all of it enters the cache key."""
+
+    n: int = 1
+    """Number of samples for the request."""
+    temperature: float = 0.0
+    """0 means greedy decoding (deterministic)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    max_tokens: int = 512
+    """Upper bound on generated tokens per sample."""
+    seed: int | None = None
+    """Sampling seed of this request; sample i uses a seed derived from it (see `sample_seed`)."""
+    stop: tuple[str, ...] = ()
+    """Stop strings (not included in the output)."""
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.temperature < 0 or not math.isfinite(self.temperature):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def sample_seed(seed: int | None, index: int) -> int | None:
+    """The seed of sample `index` of a request seeded with `seed` (None stays None)."""
+    if seed is None:
+        return None
+    return (seed * 1_000_003 + index) % (2**31 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    """A chat to complete, `params.n` times."""
+
+    messages: tuple[Message, ...]
+    """The conversation so far; the model writes the next assistant turn."""
+    params: SamplingParams = field(default_factory=SamplingParams)
+    """How to sample."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one request (all samples together)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The answer to one `GenerateRequest`."""
+
+    texts: tuple[str, ...]
+    """One text per sample, in sample order; empty when `error` is set."""
+    usage: Usage = field(default_factory=Usage)
+    """Tokens spent (zero when served from the cache)."""
+    error: Failure | None = None
+    """Why the request failed, or None."""
+    cached: bool = False
+    """True when every sample came from the call cache."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class LogprobRequest:
+    """Score the first token the assistant would write next."""
+
+    messages: tuple[Message, ...]
+    """The conversation; the next token is the start of a new assistant turn."""
+    assistant_prefix: str = ""
+    """Text already written at the start of that assistant turn (prefill), if the backend supports it."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogprobResult:
+    """Next-token log-probabilities of the candidate strings."""
+
+    logprobs: dict[str, float]
+    """Candidate -> log-probability of its first token; `-inf` when the backend did not rank it."""
+    error: Failure | None = None
+    """Why the request failed, or None."""
+    cached: bool = False
+    """True when served from the call cache."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every model backend implements.
+
+    Call sites use exactly these members: `kind`, `model`, `identity()`, `generate(...)`,
+    `next_token_logprobs(...)`, `probe()` and `close()`.
+    """
+
+    kind: str
+    """Registry name of the implementation (`openai`, `hf`, `vllm`)."""
+    model: str
+    """The model as the user named it (id or path)."""
+
+    def identity(self) -> dict[str, str]:
+        """What identifies the weights behind this backend (model id, revision or weights hash, server).
+
+        Enters the call-cache key; never contains secrets, timeouts or concurrency.
+        """
+        ...
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Complete every request; the result list is aligned with `requests`."""
+        ...
+
+    async def next_token_logprobs(
+        self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
+    ) -> list[LogprobResult]:
+        """Log-probabilities of each candidate's first token at the next position, aligned with `requests`."""
+        ...
+
+    async def probe(self) -> None:
+        """Fail fast, before a run starts, when the backend cannot work at all.
+
+        Raises:
+            BackendUnavailableError: e.g. the server is unreachable or refuses the API key.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release connections, engines and memory."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """Backend settings that do not change outputs (so never part of a cache key), plus load-time choices."""
+
+    base_url: str | None = None
+    """OpenAI-compatible server URL (default: `$OPENAI_BASE_URL`, else the OpenAI API)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the API key (the key itself is never stored)."""
+    concurrency: int = 32
+    """Maximum requests in flight (openai)."""
+    timeout: float = 120.0
+    """Per-request timeout in seconds (openai)."""
+    max_attempts: int = 6
+    """Attempts per request before recording a failure (openai)."""
+    top_logprobs: int = 20
+    """How many alternatives to ask for in logprob requests (openai, vllm)."""
+    dtype: str = "auto"
+    """Torch dtype for local models (`auto`, `bfloat16`, `float16`, `float32`)."""
+    device: str = "auto"
+    """Torch device for `hf` (`auto` picks CUDA when present)."""
+    batch_size: int = 8
+    """Sequences per forward pass for `hf`."""
+    tensor_parallel_size: int = 1
+    """vLLM tensor parallelism."""
+    data_parallel_size: int = 1
+    """vLLM data parallelism."""
+    gpu_memory_utilization: float = 0.85
+    """vLLM share of GPU memory."""
+    max_model_len: int | None = None
+    """vLLM context limit (None: the model's)."""
+
+
+def chat_to_json(messages: Sequence[Message]) -> list[dict[str, str]]:
+    """Messages as plain dicts, the form chat templates and OpenAI's API take."""
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def user_chat(text: str, *, system: str | None = None) -> tuple[Message, ...]:
+    """A one-turn chat (with an optional system message)."""
+    head = (Message("system", system),) if system else ()
+    return head + (Message("user", text),)
