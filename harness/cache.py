@@ -1,0 +1,258 @@
+"""The call cache: every model call goes through it.
+
+SQLite in WAL mode under the user cache dir, safe for several processes at once. The key is the sha256 of the
+canonical JSON of: the backend's identity (kind, model id, revision or weights hash, server), the operation, the full
+messages, the semantic sampling parameters and the sample index. Timeouts, concurrency and API keys never enter it.
+A failed call is never stored, so a rerun retries it. With greedy decoding the seed does not change the output and is
+left out of the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from harness.backends.base import (
+    Backend,
+    Completion,
+    GenerateRequest,
+    LogprobRequest,
+    LogprobResult,
+    Usage,
+    chat_to_json,
+)
+from harness.paths import call_cache_path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    value TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+def cache_key(identity: dict[str, str], op: str, payload: dict, sample_index: int = 0) -> str:
+    """Content address of one model call (one sample)."""
+    blob = json.dumps(
+        {"identity": identity, "op": op, "payload": payload, "sample": sample_index},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """What `harness cache stats` prints."""
+
+    path: Path
+    entries: int
+    size_bytes: int
+    hits: int
+    """Lifetime lookups answered from the cache."""
+    misses: int
+    """Lifetime lookups that had to call a backend."""
+    by_model: dict[str, int]
+    """Entries per model identity."""
+
+
+class CallCache:
+    """A process-safe SQLite key-value store of successful model outputs."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path else call_cache_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA busy_timeout=60000")
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, object]:
+        """The stored values of whichever `keys` are present (decoded JSON)."""
+        found: dict[str, object] = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):
+                chunk = list(keys[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                rows = self._conn.execute(f"SELECT key, value FROM calls WHERE key IN ({marks})", chunk)
+                found.update((k, json.loads(v)) for k, v in rows)
+        return found
+
+    def put_many(self, items: Sequence[tuple[str, str, object]]) -> None:
+        """Store (key, model label, value) triples; existing keys keep their first value."""
+        if not items:
+            return
+        now = time.time()
+        rows = [(k, model, json.dumps(v, ensure_ascii=False), now) for k, model, v in items]
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.executemany("INSERT OR IGNORE INTO calls VALUES (?, ?, ?, ?)", rows)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def count(self, *, hits: int = 0, misses: int = 0) -> None:
+        """Add to the lifetime hit/miss counters."""
+        if not hits and not misses:
+            return
+        with self._lock:
+            self._conn.executemany(
+                "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                [("hits", hits), ("misses", misses)],
+            )
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            entries = self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+            counters = dict(self._conn.execute("SELECT name, value FROM counters"))
+            by_model = dict(self._conn.execute("SELECT model, COUNT(*) FROM calls GROUP BY model ORDER BY 2 DESC"))
+        size = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
+        return CacheStats(self.path, entries, size, counters.get("hits", 0), counters.get("misses", 0), by_model)
+
+    def clear(self, *, model: str | None = None) -> int:
+        """Delete every entry (or those of one model label); returns how many were removed."""
+        with self._lock:
+            if model is None:
+                n = self._conn.execute("DELETE FROM calls").rowcount
+                self._conn.execute("DELETE FROM counters")
+            else:
+                n = self._conn.execute("DELETE FROM calls WHERE model = ?", (model,)).rowcount
+        with self._lock:
+            self._conn.execute("VACUUM")
+        return n
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _model_label(identity: dict[str, str]) -> str:
+    return f"{identity.get('kind', '?')}:{identity.get('model', '?')}"
+
+
+def _generate_payload(request: GenerateRequest) -> dict:
+    p = request.params
+    return {
+        "messages": chat_to_json(request.messages),
+        "temperature": p.temperature,
+        "top_p": p.top_p,
+        "max_tokens": p.max_tokens,
+        "seed": None if p.greedy else p.seed,
+        "stop": list(p.stop),
+    }
+
+
+class CachedBackend:
+    """Wraps a backend so every call goes through the call cache; counts calls and hits.
+
+    Implements the `Backend` protocol itself, so judges and runners never see the difference.
+    """
+
+    def __init__(self, backend: Backend, cache: CallCache | None) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.kind = backend.kind
+        self.model = backend.model
+        self._identity = backend.identity()
+        self.calls = 0
+        """Requests this wrapper sent to the backend."""
+        self.hits = 0
+        """Requests answered entirely from the cache."""
+
+    def identity(self) -> dict[str, str]:
+        return self._identity
+
+    async def probe(self) -> None:
+        await self.backend.probe()
+
+    async def close(self) -> None:
+        await self.backend.close()
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        if self.cache is None:
+            self.calls += len(requests)
+            return await self.backend.generate(requests)
+        keys = [
+            [cache_key(self._identity, "generate", _generate_payload(r), i) for i in range(r.params.n)]
+            for r in requests
+        ]
+        found = self.cache.get_many([k for ks in keys for k in ks])
+        results: list[Completion | None] = [None] * len(requests)
+        todo = []
+        for idx, ks in enumerate(keys):
+            if all(k in found for k in ks):
+                results[idx] = Completion(tuple(found[k] for k in ks), Usage(), None, cached=True)
+            else:
+                todo.append(idx)
+        self.hits += len(requests) - len(todo)
+        self.calls += len(todo)
+        self.cache.count(hits=len(requests) - len(todo), misses=len(todo))
+        if todo:
+            fresh = await self.backend.generate([requests[i] for i in todo])
+            to_store = []
+            label = _model_label(self._identity)
+            for idx, completion in zip(todo, fresh):
+                if completion.ok and len(completion.texts) == requests[idx].params.n:
+                    # Samples already cached keep their stored text, so a partly cached request stays stable.
+                    texts = tuple(found.get(k, t) for k, t in zip(keys[idx], completion.texts))
+                    completion = replace(completion, texts=texts)
+                    to_store += [(k, label, t) for k, t in zip(keys[idx], texts) if k not in found]
+                results[idx] = completion
+            self.cache.put_many(to_store)
+        return results  # type: ignore[return-value]
+
+    async def next_token_logprobs(
+        self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
+    ) -> list[LogprobResult]:
+        if self.cache is None:
+            self.calls += len(requests)
+            return await self.backend.next_token_logprobs(requests, candidates)
+        cands = sorted(set(candidates))
+        keys = [
+            cache_key(
+                self._identity,
+                "next_token_logprobs",
+                {"messages": chat_to_json(r.messages), "prefix": r.assistant_prefix, "candidates": cands},
+            )
+            for r in requests
+        ]
+        found = self.cache.get_many(keys)
+        results: list[LogprobResult | None] = [None] * len(requests)
+        todo = []
+        for idx, key in enumerate(keys):
+            if key in found:
+                stored = found[key]
+                results[idx] = LogprobResult(
+                    {c: (-math.inf if v is None else v) for c, v in stored.items()}, None, cached=True
+                )
+            else:
+                todo.append(idx)
+        self.hits += len(requests) - len(todo)
+        self.calls += len(todo)
+        self.cache.count(hits=len(requests) - len(todo), misses=len(todo))
+        if todo:
+            fresh = await self.backend.next_token_logprobs([requests[i] for i in todo], cands)
+            to_store = []
+            label = _model_label(self._identity)
+            for idx, result in zip(todo, fresh):
+                if result.ok:
+                    stored = {c: (None if not math.isfinite(v) else v) for c, v in result.logprobs.items()}
+                    to_store.append((keys[idx], label, stored))
+                results[idx] = result
+            self.cache.put_many(to_store)
+        return results  # type: ignore[return-value]

@@ -1,0 +1,40 @@
+"""Shared test set-up: offline hub, a per-test call cache, CUDA-gated `gpu` tests, opt-in `network`/`api` tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Converted embedded models are reused across test runs of one checkout (conversion takes ~30 s).
+os.environ.setdefault("HARNESS_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "harness"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    has_cuda = False
+    if any("gpu" in item.keywords for item in items):
+        try:
+            import torch
+
+            has_cuda = torch.cuda.is_available()
+        except ImportError:
+            pass
+    for item in items:
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+        if "network" in item.keywords and os.environ.get("HARNESS_TEST_NETWORK") != "1":
+            item.add_marker(pytest.mark.skip(reason="needs the internet; set HARNESS_TEST_NETWORK=1"))
+        if "api" in item.keywords and os.environ.get("HARNESS_TEST_API") != "1":
+            item.add_marker(pytest.mark.skip(reason="calls a paid API; set HARNESS_TEST_API=1"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_call_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own call cache file so tests never see each other's entries."""
+    path = tmp_path / "calls.sqlite"
+    monkeypatch.setenv("HARNESS_CALL_CACHE", str(path))
+    return path

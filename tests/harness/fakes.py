@@ -1,0 +1,59 @@
+"""A scripted in-process backend for unit tests: deterministic text from the request, call counting."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from harness.backends.base import (
+    Completion,
+    GenerateRequest,
+    LogprobRequest,
+    LogprobResult,
+    Usage,
+    sample_seed,
+)
+from harness.errors import Failure, FailureCategory
+
+
+class ScriptedBackend:
+    """Answers `echo:<last user message>#<sample seed>`; fails requests whose text contains `fail_marker`."""
+
+    kind = "scripted"
+
+    def __init__(self, model: str = "scripted-model", *, fail_marker: str = "FAIL") -> None:
+        self.model = model
+        self.fail_marker = fail_marker
+        self.requests: list[GenerateRequest] = []
+        self.logprob_requests: list[LogprobRequest] = []
+
+    def identity(self) -> dict[str, str]:
+        return {"kind": self.kind, "model": self.model}
+
+    async def probe(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        out = []
+        for r in requests:
+            self.requests.append(r)
+            text = r.messages[-1].content
+            if self.fail_marker in text:
+                out.append(Completion((), error=Failure(FailureCategory.SERVER_ERROR, "scripted failure", 3)))
+                continue
+            seeds = [None if r.params.greedy else sample_seed(r.params.seed, i) for i in range(r.params.n)]
+            out.append(Completion(tuple(f"echo:{text}#{s}" for s in seeds), Usage(len(text), 5 * r.params.n)))
+        return out
+
+    async def next_token_logprobs(
+        self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
+    ) -> list[LogprobResult]:
+        out = []
+        for r in requests:
+            self.logprob_requests.append(r)
+            digest = hashlib.sha256(r.messages[-1].content.encode()).digest()
+            out.append(LogprobResult({c: -float(digest[i % 32]) / 10 for i, c in enumerate(candidates)}))
+        return out

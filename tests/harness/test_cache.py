@@ -1,0 +1,112 @@
+import asyncio
+import math
+import multiprocessing as mp
+from pathlib import Path
+
+import pytest
+from fakes import ScriptedBackend
+
+from harness.backends.base import GenerateRequest, LogprobRequest, SamplingParams, user_chat
+from harness.cache import CachedBackend, CallCache, cache_key
+
+
+def _req(text: str, **params) -> GenerateRequest:
+    return GenerateRequest(user_chat(text), SamplingParams(**params))
+
+
+def test_key_covers_model_request_params_and_sample():
+    ident = {"kind": "hf", "model": "m", "weights": "abc"}
+    base = cache_key(ident, "generate", {"messages": [1], "temperature": 0.7}, 0)
+    assert base == cache_key(dict(reversed(ident.items())), "generate", {"temperature": 0.7, "messages": [1]}, 0)
+    assert base != cache_key({**ident, "weights": "abd"}, "generate", {"messages": [1], "temperature": 0.7}, 0)
+    assert base != cache_key(ident, "generate", {"messages": [2], "temperature": 0.7}, 0)
+    assert base != cache_key(ident, "generate", {"messages": [1], "temperature": 0.8}, 0)
+    assert base != cache_key(ident, "generate", {"messages": [1], "temperature": 0.7}, 1)
+    assert base != cache_key(ident, "logprobs", {"messages": [1], "temperature": 0.7}, 0)
+
+
+def test_second_call_is_served_from_cache(tmp_path: Path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    backend = ScriptedBackend()
+    cached = CachedBackend(backend, cache)
+    reqs = [_req("a"), _req("b", n=3, temperature=1.0, seed=7)]
+    first = asyncio.run(cached.generate(reqs))
+    assert cached.calls == 2 and cached.hits == 0
+    second = asyncio.run(CachedBackend(backend, cache).generate(reqs))
+    assert [c.texts for c in second] == [c.texts for c in first]
+    assert all(c.cached for c in second)
+    assert len(backend.requests) == 2  # nothing new reached the backend
+    stats = cache.stats()
+    assert (stats.entries, stats.hits, stats.misses) == (4, 2, 2)
+    assert stats.by_model == {"scripted:scripted-model": 4}
+
+
+def test_failures_are_never_cached(tmp_path: Path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    backend = ScriptedBackend()
+    cached = CachedBackend(backend, cache)
+    [failed] = asyncio.run(cached.generate([_req("please FAIL")]))
+    assert failed.error is not None and not failed.cached
+    assert cache.stats().entries == 0
+    asyncio.run(cached.generate([_req("please FAIL")]))
+    assert len(backend.requests) == 2  # retried, not served a cached failure
+
+
+def test_greedy_seed_is_not_semantic_but_sampled_seed_is(tmp_path: Path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    backend = ScriptedBackend()
+    cached = CachedBackend(backend, cache)
+    asyncio.run(cached.generate([_req("x", seed=1)]))
+    asyncio.run(cached.generate([_req("x", seed=2)]))
+    assert len(backend.requests) == 1
+    asyncio.run(cached.generate([_req("x", temperature=0.5, seed=1)]))
+    asyncio.run(cached.generate([_req("x", temperature=0.5, seed=2)]))
+    assert len(backend.requests) == 3
+
+
+def test_logprobs_cached_with_minus_inf(tmp_path: Path):
+    cache = CallCache(tmp_path / "c.sqlite")
+
+    class Partial(ScriptedBackend):
+        async def next_token_logprobs(self, requests, candidates):
+            results = await super().next_token_logprobs(requests, candidates)
+            return [type(r)({**r.logprobs, "No": -math.inf}) for r in results]
+
+    backend = Partial()
+    reqs = [LogprobRequest(user_chat("q1")), LogprobRequest(user_chat("q2"), assistant_prefix="Answer:")]
+    first = asyncio.run(CachedBackend(backend, cache).next_token_logprobs(reqs, ["Yes", "No"]))
+    second = asyncio.run(CachedBackend(backend, cache).next_token_logprobs(reqs, ["No", "Yes"]))
+    assert [r.logprobs for r in second] == [r.logprobs for r in first]
+    assert second[0].logprobs["No"] == -math.inf and all(r.cached for r in second)
+    assert len(backend.logprob_requests) == 2
+
+
+def _writer(path: str, worker: int, n: int) -> None:
+    cache = CallCache(Path(path))
+    for i in range(n):
+        cache.put_many([(f"k{worker}-{i}", "m", {"v": i}), ("shared", "m", {"v": worker})])
+        cache.count(hits=1)
+    cache.close()
+
+
+def test_safe_under_several_processes(tmp_path: Path):
+    path = tmp_path / "c.sqlite"
+    CallCache(path).close()
+    procs = [mp.get_context("spawn").Process(target=_writer, args=(str(path), w, 50)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    stats = CallCache(path).stats()
+    assert stats.entries == 4 * 50 + 1
+    assert stats.hits == 200
+
+
+def test_clear(tmp_path: Path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    cache.put_many([("a", "m1", 1), ("b", "m2", 2)])
+    assert cache.clear(model="m1") == 1
+    assert cache.stats().entries == 1
+    assert cache.clear() == 1
+    assert cache.stats().entries == 0
