@@ -1,0 +1,93 @@
+"""Prompt sets for `harness generate`: a JSONL file of chats, or a registered benchmark's prompts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.backends.base import Message
+from harness.errors import ConfigError
+
+_ROLES = {"system", "user", "assistant"}
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRecord:
+    """One prompt to answer."""
+
+    id: str
+    """Unique id within the set (output lines are keyed by it)."""
+    messages: tuple[Message, ...]
+    """The chat the model continues."""
+
+
+def _messages_from(obj: dict, where: str) -> tuple[Message, ...]:
+    if "messages" in obj:
+        msgs = obj["messages"]
+        if not isinstance(msgs, list) or not msgs:
+            raise ConfigError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
+        out = []
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or m.get("role") not in _ROLES or not isinstance(m.get("content"), str):
+                raise ConfigError(f"{where}: messages[{i}] must be {{'role': system|user|assistant, 'content': str}}")
+            out.append(Message(m["role"], m["content"]))
+        return tuple(out)
+    for field in ("prompt", "instruction"):
+        if field in obj:
+            text = obj[field]
+            if not isinstance(text, str) or not text.strip():
+                raise ConfigError(f"{where}: {field!r} must be a non-empty string")
+            system = obj.get("system")
+            head = (Message("system", system),) if isinstance(system, str) and system else ()
+            return head + (Message("user", text),)
+    raise ConfigError(f"{where}: expected a 'prompt', 'instruction' or 'messages' field, got keys {sorted(obj)}")
+
+
+def read_prompts_file(path: Path) -> list[PromptRecord]:
+    """Read `{"id", "prompt" | "instruction" | "messages", ["system"]}` lines.
+
+    Raises:
+        ConfigError: naming the file and line of the first malformed or duplicate record.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"prompts file not found: {path}")
+    records: list[PromptRecord] = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(obj, dict):
+                raise ConfigError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            if "id" not in obj or not isinstance(obj["id"], (str, int)) or isinstance(obj["id"], bool):
+                raise ConfigError(f"{where}: missing or non-scalar 'id' (a string or integer is required)")
+            pid = str(obj["id"])
+            if pid in seen:
+                raise ConfigError(f"{where}: duplicate id {pid!r}")
+            seen.add(pid)
+            records.append(PromptRecord(pid, _messages_from(obj, where)))
+    if not records:
+        raise ConfigError(f"{path}: no prompts in file")
+    return records
+
+
+def benchmark_prompts(name: str, *, data_dir: Path | None, limit: int | None) -> list[PromptRecord]:
+    """The prompts of a registered benchmark (its policy-evaluation inputs)."""
+    from harness.registry import lookup
+
+    benchmark = lookup("benchmark", name)
+    items: Iterator[PromptRecord] = iter(benchmark.prompts(data_dir=data_dir))
+    out = []
+    for record in items:
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(record)
+    return out
