@@ -1,0 +1,1 @@
+"""Benchmarks: datasets, item types, loaders and metrics, one module per benchmark."""

@@ -1,0 +1,1 @@
+"""From run store to tables: table specs, paper reference numbers, Markdown/LaTeX/CSV, regression comparison."""
