@@ -1,0 +1,589 @@
+"""The `hf` backend: a transformers causal LM in this process, on CPU or one GPU, batched.
+
+`hf:NAME` where NAME is a hub id (`Qwen/Qwen3-8B`, optionally `Qwen/Qwen3-8B@<revision>`), a local checkpoint
+directory, or a `.gguf` file (converted once into a plain checkpoint by
+`harness.backends.models.convert_gguf`). torch and transformers are imported inside functions, so importing
+this module stays cheap.
+
+How it behaves, and where it deviates from a plain `model.generate` call:
+- Prompts are rendered with the tokenizer's chat template (`add_generation_prompt=True`). A tokenizer without
+  a template (a base model such as gemma3-270m) gets a plain-text rendering instead: `Role: content` turns
+  separated by blank lines, ending in `Assistant:`; generation then also stops at `"\\nUser:"` so a base model
+  does not write the next user turn, and the answer is stripped of surrounding whitespace.
+- Only the request's own parameters apply: the checkpoint's `generation_config.json` sampling defaults
+  (temperature, top_k, repetition penalty, ...) are ignored, as with the other backends, so one request means
+  the same thing everywhere.
+- Rows (request x sample) are sorted by prompt length and run in left-padded batches of `options.batch_size`.
+  Greedy requests (temperature 0) run once and repeat the text `n` times. Sampled rows draw from their own
+  `torch.Generator` seeded with `sample_seed(params.seed, i)`, so sample i of a request is the same whatever
+  else shares its batch and whatever `n` is; `seed=None` draws a fresh random seed. (Batching can still change
+  the floating-point rounding of logits, as in every batched engine; with float32 this is practically
+  invisible.)
+- Stop strings end a row early (checked on its recent tokens at every step); the text is cut before the first
+  one. `max_tokens` is clamped to the model's context; a prompt that alone fills the context fails that
+  request.
+- `Usage.completion_tokens` counts the tokens generated for every returned sample, including an
+  end-of-sequence token and any tokens past a stop string that were generated before the stop was seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from harness.backends.base import (
+    BackendOptions,
+    Completion,
+    GenerateRequest,
+    LogprobRequest,
+    LogprobResult,
+    Message,
+    Usage,
+    chat_to_json,
+    sample_seed,
+)
+from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory, ModelNotFoundError
+from harness.registry import register
+
+T = TypeVar("T")
+
+PLAIN_STOPS = ("\nUser:",)
+"""Extra stop strings used with the plain-text rendering (tokenizers without a chat template)."""
+_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def render_plain(messages: Sequence[Message]) -> str:
+    """The plain-text rendering used when a tokenizer has no chat template.
+
+    Example: `User: Is water wet?\\n\\nAssistant:`.
+    """
+    turns = [f"{m.role.capitalize()}: {m.content}" for m in messages]
+    return "\n\n".join(turns + ["Assistant:"])
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether the tokenizer carries a chat template."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def encode_chat(tokenizer: Any, messages: Sequence[Message], assistant_prefix: str = "") -> list[int]:
+    """Token ids of a prompt: the chat rendered for the assistant's next turn, plus `assistant_prefix`.
+
+    With a chat template: `apply_chat_template(..., add_generation_prompt=True)` then the prefix, tokenized
+    without special tokens (the template writes any BOS itself). Without one: `render_plain`, a space and the
+    prefix, tokenized with special tokens (so a base model gets its BOS).
+    """
+    if has_chat_template(tokenizer):
+        text = tokenizer.apply_chat_template(
+            chat_to_json(messages), tokenize=False, add_generation_prompt=True
+        )
+        return tokenizer.encode(text + assistant_prefix, add_special_tokens=False)
+    text = render_plain(messages) + (" " + assistant_prefix if assistant_prefix else "")
+    return tokenizer.encode(text, add_special_tokens=True)
+
+
+def candidate_token_ids(tokenizer: Any, candidate: str) -> list[int]:
+    """The ids a candidate may start with: the first token of `candidate` and of `" " + candidate`.
+
+    A whitespace-only first token (a tokenizer that splits the space off) is skipped; an empty candidate has
+    none.
+    """
+    found: set[int] = set()
+    if candidate:
+        for text in (candidate, " " + candidate):
+            toks = tokenizer.encode(text, add_special_tokens=False)
+            if toks and (tokenizer.decode(toks[:1]).strip() or not candidate.strip()):
+                found.add(toks[0])
+    return sorted(found)
+
+
+def pick_device(device: str) -> str:
+    """`auto` -> `cuda` when available, else `cpu`; anything else as given."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def pick_dtype(dtype: str, device: str):
+    """The torch dtype for `dtype` on `device`.
+
+    `auto` is bfloat16 on CUDA (float16 where bf16 is unsupported) and float32 on CPU. On a CPU with
+    AVX512-BF16, bfloat16 generated 1.5-2x faster in our measurements, but its greedy output then depends on
+    which other prompts share the batch (rounding differs with padding); float32 keeps a request's output
+    independent of its batch, which the call cache and resumed runs rely on. Ask for `bfloat16` explicitly for
+    throughput.
+
+    Raises:
+        ConfigError: for a dtype name other than auto, bfloat16, float16, float32.
+    """
+    import torch
+
+    if dtype != "auto":
+        if dtype not in _DTYPES:
+            raise ConfigError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(_DTYPES)}")
+        return getattr(torch, dtype)
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """Where to load from and what identifies the weights."""
+
+    path: str
+    """A local checkpoint folder or a hub repo id."""
+    revision: str | None
+    """Hub revision (None for local folders)."""
+    identity: dict[str, str]
+    """identity() minus what is only known after loading."""
+    hub: bool
+
+
+def locate_model(name: str, *, kind: str) -> _Source:
+    """Classify `name` as a GGUF file, a local folder or a hub id (`repo@revision`); convert a GGUF file once.
+
+    Args:
+        name: What followed `KIND:` in the spec.
+        kind: The backend kind, written into the identity.
+
+    Raises:
+        ModelNotFoundError: for a local path that does not exist or is not a checkpoint folder or `.gguf`
+            file.
+    """
+    from harness.backends.models import convert_gguf, weights_fingerprint
+
+    expanded = Path(name).expanduser()
+    looks_local = (
+        expanded.exists()
+        or name.lower().endswith(".gguf")
+        or name.startswith(("/", ".", "~"))
+        or (os.sep != "/" and os.sep in name)
+    )
+    if looks_local:
+        if not expanded.exists():
+            raise ModelNotFoundError(f"hf model path not found: {expanded}")
+        weights = weights_fingerprint(expanded)
+        if expanded.is_file():
+            if expanded.suffix.lower() != ".gguf":
+                raise ModelNotFoundError(
+                    f"hf model {expanded} is a file but not a .gguf; give a checkpoint folder"
+                )
+            path = convert_gguf(expanded)
+        else:
+            if not (expanded / "config.json").is_file():
+                raise ModelNotFoundError(f"hf model folder {expanded} has no config.json")
+            path = expanded
+        return _Source(str(path), None, {"kind": kind, "model": name, "weights": weights}, hub=False)
+    repo, _, revision = name.partition("@")
+    return _Source(repo, revision or None, {"kind": kind, "model": repo}, hub=True)
+
+
+def hub_commit(repo: str, revision: str | None) -> str:
+    """The commit hash of a locally cached hub snapshot, else the requested revision (or `main`)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo, "config.json", revision=revision)
+    except Exception:
+        found = None
+    if isinstance(found, str):
+        parts = Path(found).parts
+        if "snapshots" in parts:
+            return parts[parts.index("snapshots") + 1]
+    return revision or "main"
+
+
+@register("backend", "hf")
+class HFBackend:
+    """A transformers causal LM in this process: CPU or one GPU, batched; hub ids, local folders, .gguf files.
+
+    Implements the `Backend` protocol as the module docstring describes.
+
+    The model loads in the constructor, so a missing model fails before a run starts.
+
+    Args:
+        name: Hub id (optionally `@revision`), local checkpoint folder, or `.gguf` file.
+        options: Load-time choices (`device`, `dtype`, `batch_size`); other fields are ignored.
+
+    Raises:
+        ModelNotFoundError: for a missing local path, or a hub id that cannot be loaded (offline, unknown,
+            gated).
+        BackendUnavailableError: when torch or transformers is not installed.
+        ConfigError: for an unknown dtype or a batch size below 1.
+    """
+
+    kind = "hf"
+
+    def __init__(self, name: str, options: BackendOptions | None = None) -> None:
+        self.model = name
+        self.options = options or BackendOptions()
+        if self.options.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.options.batch_size}")
+        self._lock = threading.Lock()
+        self._source = locate_model(name, kind=self.kind)
+        self._lm: Any = None
+        self._tok: Any = None
+        self._load()
+        ident = dict(self._source.identity)
+        if self._source.hub:
+            ident["revision"] = hub_commit(self._source.path, self._source.revision)
+        self._identity = ident
+        self._candidate_cache: dict[str, list[int]] = {}
+
+    # --------------------------------------------------------------------------------------------------------
+    # Loading
+
+    def _load(self) -> None:
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"hf backend needs torch and transformers ({exc.name} missing): "
+                'pip install "dynamicrubric-harness[hf]"'
+            ) from exc
+        src = self._source
+        self.device = pick_device(self.options.device)
+        self.dtype = pick_dtype(self.options.dtype, self.device)
+        kwargs: dict[str, Any] = {"revision": src.revision} if src.revision else {}
+        try:
+            tok = AutoTokenizer.from_pretrained(src.path, **kwargs)
+            extra = {"device_map": self.device} if self.device != "cpu" else {}
+            lm = AutoModelForCausalLM.from_pretrained(src.path, dtype=self.dtype, **kwargs, **extra)
+        except OSError as exc:  # hub id unknown, gated, or not cached while offline
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelNotFoundError(f"cannot load hf model {self.model!r}: {first}") from exc
+        if self.device == "cpu":
+            lm = lm.to("cpu")
+        lm.eval()
+        tok.padding_side = "left"
+        old = lm.generation_config
+        eos = old.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if tok.eos_token_id is not None:
+            eos_ids.add(tok.eos_token_id)
+        pad = tok.pad_token_id
+        if pad is None:
+            pad = old.pad_token_id if old.pad_token_id is not None else min(eos_ids, default=0)
+        self._eos_ids = sorted(eos_ids)
+        self._pad_id = int(pad)
+        # Only the request's parameters may shape the output: drop the checkpoint's sampling defaults.
+        lm.generation_config = GenerationConfig(
+            bos_token_id=old.bos_token_id, eos_token_id=self._eos_ids or None, pad_token_id=self._pad_id
+        )
+        self.chat_template = has_chat_template(tok)
+        text_config = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
+        self.context_length: int | None = getattr(text_config, "max_position_embeddings", None)
+        self._lm, self._tok = lm, tok
+        self._torch = torch
+
+    # --------------------------------------------------------------------------------------------------------
+    # Protocol
+
+    def identity(self) -> dict[str, str]:
+        """`{"kind": "hf", "model": name, "weights": fingerprint}` for local weights, or `"revision"` (the
+        cached snapshot's commit hash, else the requested revision) for hub ids."""
+        return dict(self._identity)
+
+    async def probe(self) -> None:
+        """Nothing to check: the constructor already loaded the model."""
+
+    async def close(self) -> None:
+        """Free the model (and the CUDA cache)."""
+        await asyncio.to_thread(self._free)
+
+    def _free(self) -> None:
+        with self._lock:
+            self._lm = None
+            gc.collect()
+            if self.device.startswith("cuda"):
+                self._torch.cuda.empty_cache()
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Complete every request (see the module docstring), aligned with `requests`.
+
+        Per-request failures are returned as `Completion.error`, never raised.
+        """
+        if not requests:
+            return []
+        return await asyncio.to_thread(self._locked, self._generate_sync, list(requests))
+
+    async def next_token_logprobs(
+        self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
+    ) -> list[LogprobResult]:
+        """Log-probabilities of each candidate's first token after the rendered chat plus `assistant_prefix`.
+
+        One forward pass per batch; a candidate's value is the max over the first token of `candidate` and of
+        `" " + candidate` (tokenizers differ on where the space goes), `-inf` when neither yields a token.
+        """
+        if not requests:
+            return []
+        return await asyncio.to_thread(self._locked, self._logprobs_sync, list(requests), list(candidates))
+
+    # --------------------------------------------------------------------------------------------------------
+    # Internals
+
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._lock:
+            if self._lm is None:
+                raise BackendUnavailableError(f"hf backend for {self.model!r} is closed")
+            return fn(*args)
+
+    def encode(self, messages: Sequence[Message], assistant_prefix: str = "") -> list[int]:
+        """Token ids of the prompt (see `encode_chat`)."""
+        return encode_chat(self._tok, messages, assistant_prefix)
+
+    def _prompt(
+        self, messages: Sequence[Message], prefix: str = ""
+    ) -> tuple[list[int] | None, Failure | None]:
+        try:
+            ids = self.encode(messages, prefix)
+        except Exception as exc:  # e.g. a template that rejects a system turn
+            return None, _failure(f"cannot render the chat: {type(exc).__name__}: {exc}")
+        if self.context_length and len(ids) >= self.context_length:
+            return None, _failure(
+                f"prompt has {len(ids)} tokens; the model's context is {self.context_length}"
+            )
+        return ids, None
+
+    def _pad(self, prompts: list[list[int]]):
+        torch = self._torch
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for j, p in enumerate(prompts):
+            ids[j, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[j, width - len(p) :] = 1
+        device = self._lm.device
+        return ids.to(device), mask.to(device)
+
+    def _generate_sync(self, requests: list[GenerateRequest]) -> list[Completion]:
+        failures: dict[int, Failure] = {}
+        prompt_tokens: dict[int, int] = {}
+        rows: list[_Row] = []
+        extra_stops = () if self.chat_template else PLAIN_STOPS
+        for i, req in enumerate(requests):
+            ids, failure = self._prompt(req.messages)
+            if failure is not None:
+                failures[i] = failure
+                continue
+            p = req.params
+            prompt_tokens[i] = len(ids)
+            max_new = p.max_tokens
+            if self.context_length:
+                max_new = min(max_new, self.context_length - len(ids))
+            for s in range(1 if p.greedy else p.n):
+                seed = sample_seed(p.seed, s)
+                rows.append(
+                    _Row(i, s, ids, max_new, p.temperature, p.top_p, seed, tuple(p.stop) + extra_stops)
+                )
+        rows.sort(key=lambda r: -len(r.ids))
+        outputs: dict[tuple[int, int], tuple[str, int]] = {}
+        size = self.options.batch_size
+        for start in range(0, len(rows), size):
+            batch = rows[start : start + size]
+            try:
+                results = self._generate_batch(batch)
+            except Exception as exc:  # e.g. out of memory: fail the requests of this batch, keep the rest
+                for r in batch:
+                    failures.setdefault(r.req, _failure(f"generation failed: {type(exc).__name__}: {exc}"))
+                continue
+            for r, out in zip(batch, results):
+                outputs[(r.req, r.sample)] = out
+        completions = []
+        for i, req in enumerate(requests):
+            if i in failures:
+                completions.append(Completion((), error=failures[i]))
+                continue
+            p = req.params
+            samples = [outputs[(i, 0 if p.greedy else s)] for s in range(p.n)]
+            completions.append(
+                Completion(
+                    tuple(text for text, _ in samples),
+                    Usage(prompt_tokens[i], sum(n for _, n in samples)),
+                )
+            )
+        return completions
+
+    def _generate_batch(self, batch: list[_Row]) -> list[tuple[str, int]]:
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        torch = self._torch
+        ids, mask = self._pad([r.ids for r in batch])
+        width = ids.shape[1]
+        stopper = _RowStopper(width, batch, self._tok)
+        processors = LogitsProcessorList()
+        if any(r.temperature > 0 for r in batch):
+            processors.append(_RowSampler(batch))
+        with torch.inference_mode():
+            out = self._lm.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max(r.max_new for r in batch),
+                do_sample=False,  # greedy argmax; sampled rows are sampled by _RowSampler
+                logits_processor=processors,
+                stopping_criteria=StoppingCriteriaList([stopper]),
+            )
+        eos = set(self._eos_ids)
+        results = []
+        for j, r in enumerate(batch):
+            gen = out[j, width:].tolist()
+            stopped = stopper.stopped_at[j]
+            gen = gen[: min(r.max_new, stopped if stopped is not None else len(gen))]
+            n_tokens = len(gen)
+            for k, t in enumerate(gen):
+                if t in eos:
+                    gen, n_tokens = gen[:k], k + 1
+                    break
+            text = _cut_at_stop(self._tok.decode(gen, skip_special_tokens=True), r.stops)
+            if not self.chat_template:
+                # The separators around `Assistant:` belong to the rendering, not to the answer.
+                text = text.strip()
+            results.append((text, n_tokens))
+        return results
+
+    def _candidate_ids(self, candidate: str) -> list[int]:
+        if candidate not in self._candidate_cache:
+            self._candidate_cache[candidate] = candidate_token_ids(self._tok, candidate)
+        return self._candidate_cache[candidate]
+
+    def _logprobs_sync(self, requests: list[LogprobRequest], candidates: list[str]) -> list[LogprobResult]:
+        torch = self._torch
+        cand_ids = {c: self._candidate_ids(c) for c in candidates}
+        results: list[LogprobResult | None] = [None] * len(requests)
+        todo: list[tuple[int, list[int]]] = []
+        for i, req in enumerate(requests):
+            ids, failure = self._prompt(req.messages, req.assistant_prefix)
+            if failure is not None:
+                results[i] = LogprobResult({}, error=failure)
+            else:
+                todo.append((i, ids))
+        todo.sort(key=lambda t: -len(t[1]))
+        size = self.options.batch_size
+        for start in range(0, len(todo), size):
+            batch = todo[start : start + size]
+            try:
+                ids, mask = self._pad([p for _, p in batch])
+                positions = (mask.cumsum(-1) - 1).clamp(min=0)
+                with torch.inference_mode():
+                    logits = self._lm(
+                        input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
+                    ).logits[:, -1, :]
+                    logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+            except Exception as exc:
+                for i, _ in batch:
+                    results[i] = LogprobResult(
+                        {}, error=_failure(f"forward pass failed: {type(exc).__name__}: {exc}")
+                    )
+                continue
+            for j, (i, _) in enumerate(batch):
+                row = logprobs[j]
+                results[i] = LogprobResult(
+                    {c: (float(row[t].max()) if t else float("-inf")) for c, t in cand_ids.items()}
+                )
+        return results  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One sequence to generate: sample `sample` of request `req`."""
+
+    req: int
+    sample: int
+    ids: list[int]
+    max_new: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    stops: tuple[str, ...]
+
+
+def _failure(message: str) -> Failure:
+    return Failure(FailureCategory.BACKEND, " ".join(message.split()))
+
+
+def _cut_at_stop(text: str, stops: Sequence[str]) -> str:
+    """`text` up to the earliest occurrence of any stop string."""
+    cut = len(text)
+    for s in stops:
+        if s:
+            k = text.find(s)
+            if k != -1:
+                cut = min(cut, k)
+    return text[:cut]
+
+
+class _RowStopper:
+    """Per-row stopping: each row's own `max_new` and stop strings (a `transformers.StoppingCriteria`)."""
+
+    def __init__(self, width: int, rows: Sequence[_Row], tokenizer: Any) -> None:
+        self.width = width
+        self.max_new = [r.max_new for r in rows]
+        self.stops = [tuple(s for s in r.stops if s) for r in rows]
+        # Enough recent tokens to contain any stop string that ends at the newest token.
+        self.window = [max((len(s) for s in stops), default=0) + 8 for stops in self.stops]
+        self.stopped_at: list[int | None] = [None] * len(rows)
+        self.tokenizer = tokenizer
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        n = input_ids.shape[1] - self.width
+        done = []
+        for j in range(input_ids.shape[0]):
+            hit = self.stopped_at[j] is not None or n >= self.max_new[j]
+            if not hit and self.stops[j]:
+                tail = input_ids[j, self.width + max(0, n - self.window[j]) :].tolist()
+                text = self.tokenizer.decode(tail, skip_special_tokens=True)
+                hit = any(s in text for s in self.stops[j])
+            if hit and self.stopped_at[j] is None:
+                self.stopped_at[j] = n
+            done.append(hit)
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+class _RowSampler:
+    """Per-row temperature / top-p sampling with per-row generators (a `transformers.LogitsProcessor`).
+
+    Runs last, under greedy decoding: for each sampled row it draws a token from its own generator and leaves
+    only that token finite, so the argmax picks it. Greedy rows pass through untouched.
+    """
+
+    def __init__(self, rows: Sequence[_Row]) -> None:
+        self.rows = list(rows)
+        self.generators: list[Any] = []
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        if not self.generators:
+            for r in self.rows:
+                gen = torch.Generator(device=scores.device)
+                if r.seed is None:
+                    gen.seed()
+                else:
+                    gen.manual_seed(r.seed)
+                self.generators.append(gen)
+        for j, r in enumerate(self.rows):
+            if r.temperature <= 0:
+                continue
+            probs = torch.softmax(scores[j].float() / r.temperature, dim=-1)
+            if r.top_p < 1.0:
+                sorted_probs, order = torch.sort(probs, descending=True)
+                # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
+                drop = (sorted_probs.cumsum(-1) - sorted_probs) >= r.top_p
+                sorted_probs[drop] = 0.0
+                probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+            token = torch.multinomial(probs, 1, generator=self.generators[j])
+            scores[j] = float("-inf")
+            scores[j, token] = 0.0
+        return scores

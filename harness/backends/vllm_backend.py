@@ -1,0 +1,249 @@
+"""The `vllm` backend: vLLM's offline engine (`vllm.LLM`) in this process, with prefix caching. GPU only.
+
+`vllm:NAME` takes the same names as `hf:` (hub id with optional `@revision`, local folder, `.gguf` file
+converted once). vLLM is an optional extra that replaces torch with a CUDA build, so it is imported only when
+a backend is built; without it, or without a CUDA device, construction raises `BackendUnavailableError`.
+
+Deviations from a plain `LLM.chat(...)` call, all to make `vllm:` and `hf:` mean the same thing:
+- Prompts are rendered by the same function as the `hf` backend (`harness.backends.hf.encode_chat`: the
+  tokenizer's chat template with `add_generation_prompt=True`, or the plain-text rendering for tokenizers
+  without one) and passed to `LLM.generate` as token prompts. This is what `LLM.chat` does internally, and it
+  also gives the plain-text fallback, assistant prefixes, and a per-request failure (instead of a failed
+  batch) for a prompt longer than the context.
+- A request with `n` samples runs as `n` one-sample prompts seeded with `sample_seed(params.seed, i)`, so
+  sample i is the same whatever `n` is (prefix caching makes the repeated prompt free). Greedy requests run
+  once and repeat.
+- Only the request's parameters apply: the checkpoint's generation-config sampling defaults are not merged.
+- Logprobs come from one generated token with `logprobs=options.top_logprobs`: a candidate outside the
+  returned top tokens gets `-inf`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from harness.backends.base import (
+    BackendOptions,
+    Completion,
+    GenerateRequest,
+    LogprobRequest,
+    LogprobResult,
+    Usage,
+    sample_seed,
+)
+from harness.errors import BackendUnavailableError, Failure, FailureCategory
+from harness.registry import register
+
+INSTALL_HINT = 'vllm backend needs the GPU extra: pip install "dynamicrubric-harness[vllm]" on a CUDA machine'
+
+
+def _failure(message: str) -> Failure:
+    return Failure(FailureCategory.BACKEND, " ".join(message.split()))
+
+
+@register("backend", "vllm")
+class VLLMBackend:
+    """vLLM's offline engine in this process: GPU extra, prefix caching, tensor/data parallelism.
+
+    Implements the `Backend` protocol as the module docstring describes.
+
+    Args:
+        name: Hub id (optionally `@revision`), local checkpoint folder, or `.gguf` file.
+        options: `tensor_parallel_size`, `data_parallel_size`, `gpu_memory_utilization`, `max_model_len`,
+            `dtype`, `top_logprobs`; other fields are ignored.
+
+    Raises:
+        BackendUnavailableError: vllm not installed, no CUDA device, or an option this vLLM version lacks.
+        ModelNotFoundError: for a missing local path.
+    """
+
+    kind = "vllm"
+
+    def __init__(self, name: str, options: BackendOptions | None = None) -> None:
+        from harness.backends.hf import hub_commit, locate_model
+
+        self.model = name
+        self.options = opts = options or BackendOptions()
+        if importlib.util.find_spec("vllm") is None:
+            raise BackendUnavailableError(INSTALL_HINT)
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BackendUnavailableError(f"no CUDA device found; {INSTALL_HINT}")
+        import vllm
+
+        self._source = src = locate_model(name, kind=self.kind)
+        engine_fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+        kwargs: dict[str, Any] = {
+            "model": src.path,
+            "enable_prefix_caching": True,
+            "tensor_parallel_size": opts.tensor_parallel_size,
+            "gpu_memory_utilization": opts.gpu_memory_utilization,
+            "dtype": opts.dtype,
+        }
+        if src.revision:
+            kwargs["revision"] = src.revision
+        if opts.max_model_len is not None:
+            kwargs["max_model_len"] = opts.max_model_len
+        if opts.data_parallel_size != 1:
+            if "data_parallel_size" not in engine_fields:
+                raise BackendUnavailableError(
+                    f"this vLLM ({vllm.__version__}) has no data_parallel_size; set it to 1 or upgrade vllm"
+                )
+            kwargs["data_parallel_size"] = opts.data_parallel_size
+        self._llm = vllm.LLM(**kwargs)
+        self._vllm = vllm
+        self._tok = self._llm.get_tokenizer()
+        self._lock = threading.Lock()
+        self.context_length = self._max_model_len()
+        ident = dict(src.identity)
+        if src.hub:
+            ident["revision"] = hub_commit(src.path, src.revision)
+        self._identity = ident
+
+    def _max_model_len(self) -> int | None:
+        engine = self._llm.llm_engine
+        config = getattr(engine, "model_config", None)
+        if config is None and hasattr(engine, "get_model_config"):
+            config = engine.get_model_config()
+        return getattr(config, "max_model_len", None) or self.options.max_model_len
+
+    def identity(self) -> dict[str, str]:
+        """`{"kind": "vllm", "model": name}` plus `"weights"` (local) or `"revision"` (hub), as for `hf`."""
+        return dict(self._identity)
+
+    async def probe(self) -> None:
+        """Nothing to check: the engine started in the constructor."""
+
+    async def close(self) -> None:
+        """Drop the engine (vLLM frees its GPU memory when the engine is collected)."""
+        await asyncio.to_thread(self._drop)
+
+    def _drop(self) -> None:
+        with self._lock:
+            self._llm = None
+
+    def _prompt(self, messages, prefix: str = "") -> tuple[list[int] | None, Failure | None]:
+        from harness.backends.hf import encode_chat
+
+        try:
+            ids = encode_chat(self._tok, messages, prefix)
+        except Exception as exc:
+            return None, _failure(f"cannot render the chat: {type(exc).__name__}: {exc}")
+        if self.context_length and len(ids) >= self.context_length:
+            return None, _failure(
+                f"prompt has {len(ids)} tokens; the model's context is {self.context_length}"
+            )
+        return ids, None
+
+    def _run(self, prompts: list[list[int]], params: list[Any]) -> list[Any]:
+        with self._lock:
+            if self._llm is None:
+                raise BackendUnavailableError(f"vllm backend for {self.model!r} is closed")
+            return self._llm.generate(
+                [{"prompt_token_ids": p} for p in prompts], sampling_params=params, use_tqdm=False
+            )
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Complete every request; aligned with `requests`, never raises per request."""
+        from harness.backends.hf import PLAIN_STOPS, has_chat_template
+
+        SamplingParams = self._vllm.SamplingParams
+        extra_stops = [] if has_chat_template(self._tok) else list(PLAIN_STOPS)
+        failures: dict[int, Failure] = {}
+        rows: list[tuple[int, int]] = []
+        prompts: list[list[int]] = []
+        params: list[Any] = []
+        prompt_tokens: dict[int, int] = {}
+        for i, req in enumerate(requests):
+            ids, failure = self._prompt(req.messages)
+            if failure is not None:
+                failures[i] = failure
+                continue
+            p = req.params
+            prompt_tokens[i] = len(ids)
+            max_new = (
+                p.max_tokens if not self.context_length else min(p.max_tokens, self.context_length - len(ids))
+            )
+            for s in range(1 if p.greedy else p.n):
+                rows.append((i, s))
+                prompts.append(ids)
+                params.append(
+                    SamplingParams(
+                        n=1,
+                        temperature=p.temperature,
+                        top_p=p.top_p,
+                        max_tokens=max_new,
+                        seed=None if p.greedy else sample_seed(p.seed, s),
+                        stop=list(p.stop) + extra_stops,
+                    )
+                )
+        outputs: dict[tuple[int, int], tuple[str, int]] = {}
+        if prompts:
+            try:
+                results = await asyncio.to_thread(self._run, prompts, params)
+            except BackendUnavailableError:
+                raise
+            except Exception as exc:
+                for i, _ in rows:
+                    failures.setdefault(i, _failure(f"generation failed: {type(exc).__name__}: {exc}"))
+                results = []
+            for key, out in zip(rows, results):
+                sample = out.outputs[0]
+                outputs[key] = (sample.text, len(sample.token_ids))
+        completions = []
+        for i, req in enumerate(requests):
+            if i in failures:
+                completions.append(Completion((), error=failures[i]))
+                continue
+            p = req.params
+            samples = [outputs[(i, 0 if p.greedy else s)] for s in range(p.n)]
+            completions.append(
+                Completion(tuple(t for t, _ in samples), Usage(prompt_tokens[i], sum(n for _, n in samples)))
+            )
+        return completions
+
+    async def next_token_logprobs(
+        self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
+    ) -> list[LogprobResult]:
+        """Log-probabilities of each candidate's first token (max over `c` and `" " + c`), from the top
+        `options.top_logprobs` of one generated token; `-inf` for candidates outside them."""
+        from harness.backends.hf import candidate_token_ids
+
+        cand_ids = {c: candidate_token_ids(self._tok, c) for c in candidates}
+        params = self._vllm.SamplingParams(
+            n=1, temperature=0.0, max_tokens=1, logprobs=self.options.top_logprobs
+        )
+        results: list[LogprobResult | None] = [None] * len(requests)
+        todo: list[tuple[int, list[int]]] = []
+        for i, req in enumerate(requests):
+            ids, failure = self._prompt(req.messages, req.assistant_prefix)
+            if failure is not None:
+                results[i] = LogprobResult({}, error=failure)
+            else:
+                todo.append((i, ids))
+        if todo:
+            try:
+                outs = await asyncio.to_thread(self._run, [ids for _, ids in todo], [params] * len(todo))
+            except BackendUnavailableError:
+                raise
+            except Exception as exc:
+                for i, _ in todo:
+                    results[i] = LogprobResult(
+                        {}, error=_failure(f"generation failed: {type(exc).__name__}: {exc}")
+                    )
+                outs = []
+            for (i, _), out in zip(todo, outs):
+                step = out.outputs[0].logprobs[0]  # {token_id: Logprob} at the first generated position
+                results[i] = LogprobResult(
+                    {
+                        c: max((step[t].logprob for t in ids if t in step), default=float("-inf"))
+                        for c, ids in cand_ids.items()
+                    }
+                )
+        return results  # type: ignore[return-value]

