@@ -1,0 +1,360 @@
+"""The `harness` command line.
+
+One command per verb; heavy libraries (torch, transformers, vllm) are imported inside command bodies so that
+`harness --help` stays instant. A `HarnessError` becomes one line on stderr and a non-zero exit code; `--debug` shows
+the traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from harness.errors import HarnessError, NotImplementedYetError
+
+app = typer.Typer(
+    help="Evaluate and train LLM evaluators and policies with DynamicRubric.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+list_app = typer.Typer(help="List what exists: tables, benchmarks, evaluators, models.", no_args_is_help=True)
+cache_app = typer.Typer(help="Inspect or clear the call cache.", no_args_is_help=True)
+bench_app = typer.Typer(help="Micro-benchmarks that print measured ratios.", no_args_is_help=True)
+app.add_typer(list_app, name="list")
+app.add_typer(cache_app, name="cache")
+app.add_typer(bench_app, name="bench")
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
+) -> None:
+    _state["debug"] = debug
+    import logging
+    import os
+
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    # Our own notes (e.g. a one-time model conversion) are worth a line; library chatter is not.
+    logging.getLogger("harness").setLevel(logging.DEBUG if debug else logging.INFO)
+    if not debug:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def _not_yet(verb: str) -> None:
+    raise NotImplementedYetError(f"'harness {verb}' is not implemented yet")
+
+
+# ---------------------------------------------------------------------------------------------------- options
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model spec KIND:NAME or alias (harness list models).")]
+BaseUrlOpt = Annotated[
+    Optional[str], typer.Option("--base-url", help="OpenAI-compatible server URL (default $OPENAI_BASE_URL).")
+]
+ApiKeyEnvOpt = Annotated[
+    str, typer.Option("--api-key-env", help="Environment variable that holds the API key (never stored).")
+]
+ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Max requests in flight (openai).")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", min=0.1, help="Per-request timeout in seconds (openai).")]
+AttemptsOpt = Annotated[
+    int, typer.Option("--max-attempts", min=1, help="Attempts per request before recording a failure (openai).")
+]
+BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per forward pass (hf).")]
+TpOpt = Annotated[int, typer.Option("--tensor-parallel", min=1, help="vLLM tensor parallel size.")]
+DpOpt = Annotated[int, typer.Option("--data-parallel", min=1, help="vLLM data parallel size.")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Bypass the call cache (nothing read or written).")]
+
+
+def _backend(spec: str, *, no_cache: bool = False, **options):
+    from harness.backends import BackendOptions, load_backend
+    from harness.cache import CachedBackend, CallCache
+
+    opts = BackendOptions(**{k: v for k, v in options.items() if v is not None})
+    return CachedBackend(load_backend(spec, opts), None if no_cache else CallCache())
+
+
+# ---------------------------------------------------------------------------------------------------- verbs
+
+
+@app.command()
+def generate(
+    model: ModelOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL, one line per (prompt id, sample).")],
+    prompts: Annotated[
+        Optional[Path], typer.Option("--prompts", help="JSONL of {id, prompt | instruction | messages}.")
+    ] = None,
+    benchmark: Annotated[Optional[str], typer.Option("--benchmark", help="A registered benchmark's prompts.")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Local benchmark files.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Use only the first N prompts.")] = None,
+    n: Annotated[int, typer.Option("--n", min=1, help="Samples per prompt.")] = 1,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)] = 1.0,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 512,
+    seed: Annotated[int, typer.Option("--seed", help="Run seed; per-prompt seeds derive from it.")] = 0,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
+    concurrency: ConcurrencyOpt = 32,
+    timeout: TimeoutOpt = 120.0,
+    max_attempts: AttemptsOpt = 6,
+    batch_size: BatchOpt = 8,
+    tensor_parallel: TpOpt = 1,
+    data_parallel: DpOpt = 1,
+    no_cache: NoCacheOpt = False,
+    show: Annotated[int, typer.Option("--show", min=0, help="Print the first N generated texts.")] = 0,
+) -> None:
+    """Sample responses from a model for a prompt file or a benchmark; resumable, cached."""
+    import asyncio
+
+    from harness.errors import ConfigError
+    from harness.generate import GenerateConfig, run_generate
+    from harness.prompts import benchmark_prompts, read_prompts_file
+
+    if (prompts is None) == (benchmark is None):
+        raise ConfigError("give exactly one of --prompts FILE or --benchmark NAME")
+    if prompts is not None:
+        records = read_prompts_file(prompts)[:limit]
+    else:
+        records = benchmark_prompts(benchmark, data_dir=data_dir, limit=limit)
+    config = GenerateConfig(
+        model=model,
+        source=str(prompts or benchmark),
+        n=n,
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+        seed=seed,
+        chunk_size=max(64, 4 * concurrency),
+    )
+    backend = _backend(
+        model,
+        no_cache=no_cache,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        batch_size=batch_size,
+        tensor_parallel_size=tensor_parallel,
+        data_parallel_size=data_parallel,
+    )
+    from harness.progress import progress_bar
+
+    async def main():
+        try:
+            with progress_bar(len(records), "generate") as advance:
+                return await run_generate(backend, records, config, out, on_progress=advance)
+        finally:
+            await backend.close()
+
+    summary = asyncio.run(main())
+    typer.echo(
+        f"{out}: {summary.total} samples ({summary.answered} answered, {summary.failed} failed, "
+        f"{summary.skipped} already done); backend calls: {summary.backend_calls}, cache hits: {summary.cache_hits}"
+    )
+    if show:
+        _show_generations(out, show)
+    if summary.failed:
+        cats = ", ".join(f"{k}={v}" for k, v in sorted(summary.failures.items()))
+        typer.echo(f"failed samples by category: {cats}; rerun the same command to retry them", err=True)
+        raise typer.Exit(1)
+
+
+def _show_generations(out: Path, limit: int) -> None:
+    from harness.runstore import RecordLog
+
+    for record in RecordLog(out, ("id", "sample")).records()[:limit]:
+        text = record["text"] if record["error"] is None else f"[failed: {record['error']['message']}]"
+        typer.echo(f"--- {record['id']} #{record['sample']}\n{text.strip()}")
+
+
+@app.command()
+def run(
+    table: Annotated[str, typer.Argument(help="Table to reproduce (harness list tables).")],
+    preset: Annotated[str, typer.Option("--preset", help="paper | cpu")] = "paper",
+) -> None:
+    """Reproduce a paper table: rows (evaluators) x columns (benchmarks) into a run directory."""
+    _not_yet("run")
+
+
+@app.command("eval")
+def eval_(
+    evaluator: Annotated[str, typer.Option("--evaluator")] = "",
+    benchmark: Annotated[str, typer.Option("--benchmark")] = "",
+) -> None:
+    """Run one evaluator on one benchmark (one table cell)."""
+    _not_yet("eval")
+
+
+@app.command()
+def score(
+    evaluator: Annotated[str, typer.Option("--evaluator")] = "",
+    input: Annotated[Optional[Path], typer.Option("--input")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out")] = None,
+) -> None:
+    """Score {id, prompt, responses} sets with an evaluator."""
+    _not_yet("score")
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
+    """Re-render a run's tables from its records (no model calls)."""
+    _not_yet("report")
+
+
+@app.command()
+def compare(
+    base_run: Annotated[Path, typer.Argument()],
+    cand_run: Annotated[Path, typer.Argument()],
+) -> None:
+    """Compare two runs; exit 1 on a significant regression."""
+    _not_yet("compare")
+
+
+@app.command()
+def train(
+    what: Annotated[str, typer.Argument(help="generator | policy | coevolve")],
+    config: Annotated[Optional[Path], typer.Option("--config")] = None,
+) -> None:
+    """Train a DR-Generator or a DR-Policy with GRPO, or run co-evolution rounds."""
+    _not_yet("train")
+
+
+@app.command()
+def doctor(
+    base_url: Annotated[
+        Optional[list[str]], typer.Option("--base-url", help="Also check this OpenAI-compatible server.")
+    ] = None,
+) -> None:
+    """Check the environment: Python, torch, CUDA, vLLM, endpoints, cache dir, embedded models."""
+    from harness.doctor import run_doctor
+
+    ok = run_doctor(base_urls=base_url or [], echo=typer.echo)
+    if not ok:
+        raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------------------------------------------- list
+
+
+@list_app.command("models")
+def list_models() -> None:
+    """Model aliases and the backend kinds that take KIND:NAME specs."""
+    import harness.backends  # noqa: F401  (registers backends and aliases)
+    from harness.registry import lookup, names
+
+    typer.echo("backend kinds (spec KIND:NAME):")
+    for kind in names("backend"):
+        doc = (lookup("backend", kind).__doc__ or "").strip().splitlines()[0]
+        typer.echo(f"  {kind + ':NAME':<14} {doc}")
+    typer.echo("aliases:")
+    for alias in names("model"):
+        entry = lookup("model", alias)
+        typer.echo(f"  {alias:<14} {entry.description} [{entry.license}]")
+        typer.echo(f"  {'':<14} {entry.status()}")
+
+
+@list_app.command("tables")
+def list_tables() -> None:
+    """Paper tables that `harness run` reproduces."""
+    _list_kind("table")
+
+
+@list_app.command("benchmarks")
+def list_benchmarks() -> None:
+    """Registered benchmarks."""
+    _list_kind("benchmark")
+
+
+@list_app.command("evaluators")
+def list_evaluators() -> None:
+    """Registered evaluators."""
+    _list_kind("evaluator")
+
+
+def _list_kind(kind: str) -> None:
+    from harness.registry import names
+
+    found = names(kind)
+    if not found:
+        _not_yet(f"list {kind}s")
+    for name in found:
+        typer.echo(name)
+
+
+# ---------------------------------------------------------------------------------------------------- cache
+
+
+@cache_app.command("stats")
+def cache_stats() -> None:
+    """Entries, size, lifetime hits and misses, entries per model."""
+    from harness.cache import CallCache
+
+    s = CallCache().stats()
+    typer.echo(f"path:    {s.path}")
+    typer.echo(f"entries: {s.entries}")
+    typer.echo(f"size:    {s.size_bytes / 1e6:.2f} MB")
+    total = s.hits + s.misses
+    rate = f" ({s.hits / total:.1%} hit rate)" if total else ""
+    typer.echo(f"hits:    {s.hits}{rate}")
+    typer.echo(f"misses:  {s.misses}")
+    for model, count in s.by_model.items():
+        typer.echo(f"  {count:>8}  {model}")
+
+
+@cache_app.command("clear")
+def cache_clear(
+    model: Annotated[Optional[str], typer.Option("--model", help="Only entries of this KIND:MODEL label.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+) -> None:
+    """Delete cached calls (all, or one model's)."""
+    from harness.cache import CallCache
+
+    cache = CallCache()
+    what = f"entries of {model}" if model else "all entries"
+    if not yes and not typer.confirm(f"delete {what} from {cache.path}?"):
+        raise typer.Exit(1)
+    typer.echo(f"deleted {cache.clear(model=model)} entries")
+
+
+# ---------------------------------------------------------------------------------------------------- bench
+
+
+@bench_app.command("api")
+def bench_api(
+    latency_ms: Annotated[float, typer.Option("--latency-ms", min=0.0, help="Server-side latency per request.")] = 100,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 32,
+    requests: Annotated[int, typer.Option("--requests", min=1)] = 256,
+) -> None:
+    """Client throughput against a loopback OpenAI-compatible server: achieved/ideal."""
+    from harness.bench_api import format_bench_api, run_bench_api
+
+    typer.echo(format_bench_api(run_bench_api(latency_ms=latency_ms, concurrency=concurrency, requests=requests)))
+
+
+@bench_app.command("verify")
+def bench_verify(model: Annotated[str, typer.Option("--model")] = "") -> None:
+    """Compare the three verification modes (calls, tokens, time, agreement)."""
+    _not_yet("bench verify")
+
+
+def main() -> None:
+    """Console entry point: one-line errors, exit codes, `--debug` tracebacks."""
+    try:
+        app()
+    except HarnessError as exc:
+        if _state["debug"] or "--debug" in sys.argv:
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted; finished work is saved and a rerun resumes it", err=True)
+        sys.exit(130)

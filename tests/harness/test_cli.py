@@ -1,0 +1,138 @@
+"""The CLI as a user meets it: instant help, honest stubs, one-line errors for bad input."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def harness(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_help_imports_no_heavy_library():
+    code = (
+        "import sys\n"
+        "from harness.cli import main\n"
+        "for argv in (['harness', '--help'], ['harness', 'generate', '--help'], ['harness', 'list', 'models']):\n"
+        "    sys.argv = argv\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as e:\n"
+        "        assert not e.code, (argv, e.code)\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for verb in ("generate", "run", "eval", "score", "report", "compare", "train", "list", "cache", "bench", "doctor"):
+        assert verb in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "table1"],
+        ["eval", "--evaluator", "x", "--benchmark", "y"],
+        ["report", "runs/x"],
+        ["compare", "a", "b"],
+        ["train", "generator"],
+        ["bench", "verify", "--model", "smollm2-135m"],
+    ],
+)
+def test_unfinished_verbs_do_not_pretend(args):
+    proc = harness(*args)
+    assert proc.returncode != 0
+    assert "not implemented yet" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def prompts(tmp_path: Path) -> Path:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"id": "a", "prompt": "hello"}\n')
+    return path
+
+
+def _bad_inputs(tmp_path: Path, prompts: Path) -> dict[str, tuple[list[str], str]]:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "hello"}\n{"id": "b", "prompt": \n')
+    out = str(tmp_path / "out.jsonl")
+    return {
+        "malformed prompts line": (
+            ["generate", "--model", "smollm2-135m", "--prompts", str(bad), "--out", out],
+            "bad.jsonl:2: invalid JSON",
+        ),
+        "unknown alias": (
+            ["generate", "--model", "smollm3-999m", "--prompts", str(prompts), "--out", out],
+            "unknown model alias 'smollm3-999m'; valid aliases: gemma3-270m, smollm2-135m",
+        ),
+        "missing gguf": (
+            ["generate", "--model", f"hf:{tmp_path}/missing.gguf", "--prompts", str(prompts), "--out", out],
+            "missing.gguf",
+        ),
+        "unreachable server": (
+            [
+                "generate",
+                "--model",
+                "openai:some-model",
+                "--base-url",
+                f"http://127.0.0.1:{_free_port()}/v1",
+                "--prompts",
+                str(prompts),
+                "--out",
+                out,
+            ],
+            "cannot reach OpenAI-compatible server at http://127.0.0.1:",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", ["malformed prompts line", "unknown alias", "missing gguf", "unreachable server"])
+def test_bad_input_gives_one_clear_line(case: str, tmp_path: Path, prompts: Path):
+    args, message = _bad_inputs(tmp_path, prompts)[case]
+    proc = harness(*args)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    debug = harness("--debug", *args)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_cache_stats_and_clear(tmp_path: Path):
+    proc = harness("cache", "stats")
+    assert proc.returncode == 0, proc.stderr
+    assert "entries: 0" in proc.stdout and "hits:    0" in proc.stdout
+    proc = harness("cache", "clear", "--yes")
+    assert proc.returncode == 0 and "deleted 0 entries" in proc.stdout
+
+
+def test_list_models_shows_aliases():
+    proc = harness("list", "models")
+    assert proc.returncode == 0, proc.stderr
+    for name in ("openai:NAME", "hf:NAME", "vllm:NAME", "smollm2-135m", "gemma3-270m"):
+        assert name in proc.stdout
+
+
+def test_doctor_reports_environment():
+    proc = harness("doctor")
+    for name in ("python", "torch", "cuda", "vllm", "cache dir", "model smollm2-135m"):
+        assert name in proc.stdout, proc.stdout
