@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backends.base import (
@@ -25,6 +25,7 @@ from harness.backends.base import (
     GenerateRequest,
     LogprobRequest,
     LogprobResult,
+    TokenLogprob,
     Usage,
     chat_to_json,
 )
@@ -154,7 +155,23 @@ def _generate_payload(request: GenerateRequest) -> dict:
         "max_tokens": p.max_tokens,
         "seed": None if p.greedy else p.seed,
         "stop": list(p.stop),
+        "logprobs": p.logprobs,
     }
+
+
+def _sample_value(completion: Completion, i: int) -> object:
+    """What the cache stores for sample i: the text, or text plus token logprobs when they were asked for."""
+    if completion.logprobs is None:
+        return completion.texts[i]
+    return {"text": completion.texts[i], "logprobs": [t.to_json() for t in completion.logprobs[i]]}
+
+
+def _completion_from(values: list[object], *, with_logprobs: bool, cached: bool, usage: Usage) -> Completion:
+    if not with_logprobs:
+        return Completion(tuple(values), usage, None, cached=cached)  # type: ignore[arg-type]
+    texts = tuple(v["text"] for v in values)  # type: ignore[index]
+    logprobs = tuple(tuple(TokenLogprob.from_json(t) for t in v["logprobs"]) for v in values)  # type: ignore[index]
+    return Completion(texts, usage, None, cached=cached, logprobs=logprobs)
 
 
 class CachedBackend:
@@ -196,7 +213,9 @@ class CachedBackend:
         todo = []
         for idx, ks in enumerate(keys):
             if all(k in found for k in ks):
-                results[idx] = Completion(tuple(found[k] for k in ks), Usage(), None, cached=True)
+                results[idx] = _completion_from(
+                    [found[k] for k in ks], with_logprobs=requests[idx].params.logprobs > 0, cached=True, usage=Usage()
+                )
             else:
                 todo.append(idx)
         self.hits += len(requests) - len(todo)
@@ -207,11 +226,18 @@ class CachedBackend:
             to_store = []
             label = _model_label(self._identity)
             for idx, completion in zip(todo, fresh):
-                if completion.ok and len(completion.texts) == requests[idx].params.n:
-                    # Samples already cached keep their stored text, so a partly cached request stays stable.
-                    texts = tuple(found.get(k, t) for k, t in zip(keys[idx], completion.texts))
-                    completion = replace(completion, texts=texts)
-                    to_store += [(k, label, t) for k, t in zip(keys[idx], texts) if k not in found]
+                wants_logprobs = requests[idx].params.logprobs > 0
+                if (
+                    completion.ok
+                    and len(completion.texts) == requests[idx].params.n
+                    and (not wants_logprobs or completion.logprobs is not None)
+                ):
+                    # Samples already cached keep their stored value, so a partly cached request stays stable.
+                    values = [found.get(k, _sample_value(completion, i)) for i, k in enumerate(keys[idx])]
+                    completion = _completion_from(
+                        values, with_logprobs=wants_logprobs, cached=False, usage=completion.usage
+                    )
+                    to_store += [(k, label, v) for k, v in zip(keys[idx], values) if k not in found]
                 results[idx] = completion
             self.cache.put_many(to_store)
         return results  # type: ignore[return-value]

@@ -44,6 +44,8 @@ class SamplingParams:
     """Sampling seed of this request; sample i uses a seed derived from it (see `sample_seed`)."""
     stop: tuple[str, ...] = ()
     """Stop strings (not included in the output)."""
+    logprobs: int = 0
+    """Top alternatives to return per generated token (0: no logprobs). See `Completion.logprobs`."""
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -54,6 +56,8 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.logprobs <= 20:
+            raise ValueError(f"logprobs must be in 0..20, got {self.logprobs}")
 
     @property
     def greedy(self) -> bool:
@@ -86,6 +90,26 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token with its log-probability and the top alternatives at its position."""
+
+    token: str
+    """The token's text (the pieces of a sample's tokens concatenate to its text, up to stop-string trimming)."""
+    logprob: float
+    """Log-probability of this token."""
+    top: dict[str, float]
+    """The `params.logprobs` most likely tokens at this position (text -> log-probability)."""
+
+    def to_json(self) -> list:
+        return [self.token, self.logprob, self.top]
+
+    @classmethod
+    def from_json(cls, data: list) -> TokenLogprob:
+        token, logprob, top = data
+        return cls(token, float(logprob), {k: float(v) for k, v in top.items()})
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """The answer to one `GenerateRequest`."""
 
@@ -97,6 +121,8 @@ class Completion:
     """Why the request failed, or None."""
     cached: bool = False
     """True when every sample came from the call cache."""
+    logprobs: tuple[tuple[TokenLogprob, ...], ...] | None = None
+    """Per sample, the generated tokens with their top alternatives; set only when `params.logprobs > 0`."""
 
     @property
     def ok(self) -> bool:

@@ -110,3 +110,30 @@ def test_clear(tmp_path: Path):
     assert cache.stats().entries == 1
     assert cache.clear() == 1
     assert cache.stats().entries == 0
+
+
+def test_token_logprobs_round_trip_and_are_part_of_the_key(tmp_path: Path):
+    from harness.backends.base import Completion, TokenLogprob
+
+    class WithLogprobs(ScriptedBackend):
+        async def generate(self, requests):
+            self.requests.extend(requests)
+            return [
+                Completion(
+                    ("Yes",) * r.params.n,
+                    logprobs=((TokenLogprob("Yes", -0.1, {"Yes": -0.1, "No": -2.4}),),) * r.params.n,
+                )
+                if r.params.logprobs
+                else Completion(("plain",) * r.params.n)
+                for r in requests
+            ]
+
+    cache = CallCache(tmp_path / "c.sqlite")
+    backend = WithLogprobs()
+    [first] = asyncio.run(CachedBackend(backend, cache).generate([_req("q", logprobs=5)]))
+    [again] = asyncio.run(CachedBackend(backend, cache).generate([_req("q", logprobs=5)]))
+    assert again.cached and again.logprobs == first.logprobs
+    assert again.logprobs[0][0].top == {"Yes": -0.1, "No": -2.4}
+    [plain] = asyncio.run(CachedBackend(backend, cache).generate([_req("q")]))
+    assert plain.texts == ("plain",) and plain.logprobs is None and not plain.cached
+    assert len(backend.requests) == 2

@@ -1,0 +1,38 @@
+"""One backend per model spec for a whole run: evaluators that share a model share its weights and its cache."""
+
+from __future__ import annotations
+
+from harness.backends.base import BackendOptions
+from harness.cache import CachedBackend, CallCache
+
+
+class BackendPool:
+    """Builds each model spec's backend once (wrapped in the call cache) and closes them all at the end."""
+
+    def __init__(self, *, options: BackendOptions | None = None, cache: CallCache | None = None) -> None:
+        self.options = options or BackendOptions()
+        self.cache = cache
+        self._backends: dict[str, CachedBackend] = {}
+
+    def get(self, spec: str) -> CachedBackend:
+        """The cached backend for `spec`, built on first use."""
+        if spec not in self._backends:
+            from harness.backends import load_backend
+
+            self._backends[spec] = CachedBackend(load_backend(spec, self.options), self.cache)
+        return self._backends[spec]
+
+    @property
+    def calls(self) -> int:
+        """Requests sent to backends so far (cache misses)."""
+        return sum(b.calls for b in self._backends.values())
+
+    @property
+    def hits(self) -> int:
+        """Requests answered by the call cache so far."""
+        return sum(b.hits for b in self._backends.values())
+
+    async def close(self) -> None:
+        for backend in self._backends.values():
+            await backend.close()
+        self._backends.clear()
