@@ -24,6 +24,15 @@ How it behaves, and where it deviates from a plain `model.generate` call:
   request.
 - `Usage.completion_tokens` counts the tokens generated for every returned sample, including an
   end-of-sequence token and any tokens past a stop string that were generated before the stop was seen.
+- Token logprobs (`params.logprobs > 0`) are the log-softmax of the model's raw logits (`output_logits=True`):
+  the model's own distribution, not the temperature/top-p-warped one a sampled token was drawn from (vLLM's
+  default, too). `token` is the text the token adds to the answer (decoded incrementally, so the pieces
+  concatenate to the text; a token ending inside a multi-byte character adds "" and the next one carries the
+  character); `top` keys are `tokenizer.decode([id])` of the k most likely ids (special tokens by name), the
+  larger value winning when two ids decode alike. The end-of-sequence token is not listed; a token that
+  straddles a stop-string cut (or the whitespace stripped from a plain-rendered answer) is kept whole, tokens
+  wholly outside the text are dropped. A batch with such rows keeps every step's logits (steps x rows x
+  vocabulary floats) until it finishes, so rows asking for logprobs are batched together.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ import asyncio
 import gc
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +53,7 @@ from harness.backends.base import (
     LogprobRequest,
     LogprobResult,
     Message,
+    TokenLogprob,
     Usage,
     chat_to_json,
     sample_seed,
@@ -101,6 +111,81 @@ def candidate_token_ids(tokenizer: Any, candidate: str) -> list[int]:
             if toks and (tokenizer.decode(toks[:1]).strip() or not candidate.strip()):
                 found.add(toks[0])
     return sorted(found)
+
+
+def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """The text each token adds to `tokenizer.decode(ids, skip_special_tokens=True)`; they concatenate to it.
+
+    Decoded incrementally over a sliding window, as streaming detokenizers do, so a token's leading space
+    survives even where a lone decode would drop it. A token that ends inside a multi-byte character adds ""
+    and the token completing the character carries it. Should a window disagree with the full decode (a
+    decoder that rewrites earlier text), each piece is taken from decodes of the whole prefix instead.
+    """
+
+    def decode(part: Sequence[int]) -> str:
+        return tokenizer.decode(list(part), skip_special_tokens=True)
+
+    full = decode(ids)
+    pieces: list[str] = []
+    start = read = 0  # window start; tokens before `read` have been emitted
+    for i in range(len(ids)):
+        before, after = decode(ids[start:read]), decode(ids[start : i + 1])
+        if len(after) > len(before) and after.startswith(before) and not after.endswith("\ufffd"):
+            pieces.append(after[len(before) :])
+            start, read = read, i + 1
+        else:
+            pieces.append("")
+    if not _finish_pieces(pieces, full):
+        pieces, done = [], ""
+        for i in range(len(ids)):
+            now = decode(ids[: i + 1])
+            held = now.endswith("\ufffd") or not now.startswith(done)
+            pieces.append("" if held else now[len(done) :])
+            done = done if held else now
+        _finish_pieces(pieces, full)
+    return pieces
+
+
+def _finish_pieces(pieces: list[str], full: str) -> bool:
+    """Give the text still missing at the end (held back partial characters) to the last piece."""
+    joined = "".join(pieces)
+    if not pieces or not full.startswith(joined):
+        return joined == full
+    pieces[-1] += full[len(joined) :]
+    return True
+
+
+def tokens_within(pieces: Sequence[str], end: int, start: int = 0) -> range:
+    """The indices of the tokens that overlap `text[start:end]`, where `text` is `"".join(pieces)`.
+
+    Tokens wholly at or after `end` and, when `start > 0`, wholly before `start` are dropped; a token that
+    straddles either cut is kept.
+    """
+    first: int | None = None
+    last = offset = 0
+    for i, piece in enumerate(pieces):
+        if offset >= end:
+            break
+        offset += len(piece)
+        if first is None and (start == 0 or offset > start):
+            first = i
+        last = i + 1
+    return range(last if first is None else first, last)
+
+
+def top_texts(tokenizer: Any, ranked: Iterable[tuple[int, float]], cache: dict[int, str]) -> dict[str, float]:
+    """Text -> logprob of `(token id, logprob)` pairs sorted by falling logprob.
+
+    A token's text is `tokenizer.decode([id])` (special tokens by name), memoised in `cache`; of two ids that
+    decode alike, the first (larger) logprob is kept.
+    """
+    top: dict[str, float] = {}
+    for token_id, logprob in ranked:
+        text = cache.get(token_id)
+        if text is None:
+            text = cache[token_id] = tokenizer.decode([token_id])
+        top.setdefault(text, logprob)
+    return top
 
 
 def pick_device(device: str) -> str:
@@ -238,6 +323,7 @@ class HFBackend:
             ident["revision"] = hub_commit(self._source.path, self._source.revision)
         self._identity = ident
         self._candidate_cache: dict[str, list[int]] = {}
+        self._token_texts: dict[int, str] = {}
 
     # --------------------------------------------------------------------------------------------------------
     # Loading
@@ -383,11 +469,11 @@ class HFBackend:
                 max_new = min(max_new, self.context_length - len(ids))
             for s in range(1 if p.greedy else p.n):
                 seed = sample_seed(p.seed, s)
-                rows.append(
-                    _Row(i, s, ids, max_new, p.temperature, p.top_p, seed, tuple(p.stop) + extra_stops)
-                )
-        rows.sort(key=lambda r: -len(r.ids))
-        outputs: dict[tuple[int, int], tuple[str, int]] = {}
+                stops = tuple(p.stop) + extra_stops
+                rows.append(_Row(i, s, ids, max_new, p.temperature, p.top_p, seed, stops, p.logprobs))
+        # Rows asking for logprobs batch together, so other batches need not keep their logits.
+        rows.sort(key=lambda r: (r.logprobs > 0, -len(r.ids)))
+        outputs: dict[tuple[int, int], _Output] = {}
         size = self.options.batch_size
         for start in range(0, len(rows), size):
             batch = rows[start : start + size]
@@ -408,13 +494,14 @@ class HFBackend:
             samples = [outputs[(i, 0 if p.greedy else s)] for s in range(p.n)]
             completions.append(
                 Completion(
-                    tuple(text for text, _ in samples),
-                    Usage(prompt_tokens[i], sum(n for _, n in samples)),
+                    tuple(o.text for o in samples),
+                    Usage(prompt_tokens[i], sum(o.n_tokens for o in samples)),
+                    logprobs=tuple(o.logprobs or () for o in samples) if p.logprobs else None,
                 )
             )
         return completions
 
-    def _generate_batch(self, batch: list[_Row]) -> list[tuple[str, int]]:
+    def _generate_batch(self, batch: list[_Row]) -> list[_Output]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         torch = self._torch
@@ -424,6 +511,9 @@ class HFBackend:
         processors = LogitsProcessorList()
         if any(r.temperature > 0 for r in batch):
             processors.append(_RowSampler(batch))
+        # The raw logits (before any processor), not the processed scores: logprobs of the model itself.
+        want_logits = any(r.logprobs for r in batch)
+        extra = {"output_logits": True, "return_dict_in_generate": True} if want_logits else {}
         with torch.inference_mode():
             out = self._lm.generate(
                 input_ids=ids,
@@ -432,11 +522,13 @@ class HFBackend:
                 do_sample=False,  # greedy argmax; sampled rows are sampled by _RowSampler
                 logits_processor=processors,
                 stopping_criteria=StoppingCriteriaList([stopper]),
+                **extra,
             )
+        sequences = out.sequences if extra else out
         eos = set(self._eos_ids)
         results = []
         for j, r in enumerate(batch):
-            gen = out[j, width:].tolist()
+            gen = sequences[j, width:].tolist()
             stopped = stopper.stopped_at[j]
             gen = gen[: min(r.max_new, stopped if stopped is not None else len(gen))]
             n_tokens = len(gen)
@@ -445,11 +537,37 @@ class HFBackend:
                     gen, n_tokens = gen[:k], k + 1
                     break
             text = _cut_at_stop(self._tok.decode(gen, skip_special_tokens=True), r.stops)
+            start = 0
             if not self.chat_template:
                 # The separators around `Assistant:` belong to the rendering, not to the answer.
+                start = len(text) - len(text.lstrip())
                 text = text.strip()
-            results.append((text, n_tokens))
+            logprobs = None
+            if r.logprobs:
+                logprobs = self._token_logprobs(out.logits, j, gen, r.logprobs, start, start + len(text))
+            results.append(_Output(text, n_tokens, logprobs))
         return results
+
+    def _token_logprobs(
+        self, logits: Sequence[Any], row: int, gen: list[int], k: int, start: int, end: int
+    ) -> tuple[TokenLogprob, ...]:
+        """TokenLogprobs of the generated tokens `gen` of batch row `row` that overlap the answer's
+        `[start, end)` characters, from the per-step raw `logits` of `generate`."""
+        torch = self._torch
+        pieces = token_pieces(self._tok, gen)
+        keep = tokens_within(pieces, end, start)
+        if not keep:
+            return ()
+        steps = torch.stack([logits[t][row] for t in keep]).float()
+        logprobs = torch.log_softmax(steps, dim=-1)
+        chosen = logprobs.gather(1, torch.tensor([gen[t] for t in keep], device=steps.device)[:, None])
+        values, ids = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1)
+        chosen, values, ids = chosen[:, 0].tolist(), values.tolist(), ids.tolist()
+        texts = self._token_texts
+        return tuple(
+            TokenLogprob(pieces[t], chosen[n], top_texts(self._tok, zip(ids[n], values[n]), texts))
+            for n, t in enumerate(keep)
+        )
 
     def _candidate_ids(self, candidate: str) -> list[int]:
         if candidate not in self._candidate_cache:
@@ -505,6 +623,16 @@ class _Row:
     top_p: float
     seed: int | None
     stops: tuple[str, ...]
+    logprobs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Output:
+    """What one row produced."""
+
+    text: str
+    n_tokens: int
+    logprobs: tuple[TokenLogprob, ...] | None
 
 
 def _failure(message: str) -> Failure:
@@ -573,6 +701,7 @@ class _RowSampler:
                 else:
                     gen.manual_seed(r.seed)
                 self.generators.append(gen)
+        scores = scores.clone()  # generate keeps the tensor it passed in as the step's raw logits
         for j, r in enumerate(self.rows):
             if r.temperature <= 0:
                 continue

@@ -10,6 +10,12 @@ instead, so that every request ends as a completion or a categorised `Failure`, 
   408, 5xx, timeouts, refused/reset/dropped connections, 200 answers whose body is not JSON.
 - Not retried: 401/403 (AUTH), 400/404/422 and other 4xx (BAD_REQUEST), a JSON body without a usable
   completion (MALFORMED_RESPONSE), a logprob answer without logprobs (UNSUPPORTED).
+- Token logprobs of generated text (`params.logprobs = k > 0`) are asked for with `logprobs: true,
+  top_logprobs: k` and read from `choices[i].logprobs.content`: `token` is the entry's text (decoded from its
+  `bytes` when every entry has them, so a character split over tokens goes to the token that completes it),
+  `top` its `top_logprobs` (the larger value when a text repeats). When the tokens reach past the text (a
+  server that reports the token holding a stop string), tokens that start at or after the text's end are
+  dropped. A server that answers without them fails the request as UNSUPPORTED.
 - `options.timeout` bounds each attempt as a whole (connect, send, wait, read).
 
 Requests go through the SDK's generic `client.post(path, body=..., cast_to=<httpx Response>)`, its documented
@@ -24,6 +30,7 @@ servers need none). It is scrubbed from every message this module records and ne
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import math
 import os
@@ -44,6 +51,7 @@ from harness.backends.base import (
     GenerateRequest,
     LogprobRequest,
     LogprobResult,
+    TokenLogprob,
     Usage,
     chat_to_json,
 )
@@ -203,6 +211,9 @@ class OpenAIBackend:
             body["seed"] = p.seed
         if p.stop:
             body["stop"] = list(p.stop)
+        if p.logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = p.logprobs
         try:
             payload, attempts = await self._post_chat(body)
             if isinstance(payload, Failure):
@@ -212,7 +223,13 @@ class OpenAIBackend:
                 return Completion(
                     texts=(), error=self._failure(FailureCategory.MALFORMED_RESPONSE, texts, attempts)
                 )
-            return Completion(texts=texts, usage=_usage(payload))
+            if not p.logprobs:
+                return Completion(texts=texts, usage=_usage(payload))
+            logprobs = _choice_logprobs(payload, texts, p.logprobs)
+            if isinstance(logprobs, Failure):
+                error = self._failure(logprobs.category, logprobs.message, attempts)
+                return Completion(texts=(), error=error)
+            return Completion(texts=texts, usage=_usage(payload), logprobs=logprobs)
         except Exception as exc:  # a bug or an SDK surprise must not lose the batch
             return Completion(texts=(), error=self._failure(FailureCategory.BACKEND, repr(exc), 1))
 
@@ -487,6 +504,62 @@ def _choice_texts(payload: dict[str, Any], n: int) -> tuple[str, ...] | str:
         if not isinstance(text, str):
             return f"choice {i} has no text content (content is {text!r}: a refusal or tool call?)"
     return texts
+
+
+def _choice_logprobs(
+    payload: dict[str, Any], texts: tuple[str, ...], k: int
+) -> tuple[tuple[TokenLogprob, ...], ...] | Failure:
+    """The token logprobs of every choice in index order (`texts` from `_choice_texts`), or why not."""
+    ordered = sorted(payload["choices"], key=lambda c: int(c.get("index", 0)))
+    result = []
+    for i, (choice, text) in enumerate(zip(ordered, texts)):
+        logprobs = choice.get("logprobs")
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if not isinstance(content, list):
+            return Failure(
+                FailureCategory.UNSUPPORTED,
+                f"the server did not return token logprobs for choice {i} (asked with logprobs=true, "
+                f"top_logprobs={k}; it may not support them for this model)",
+            )
+        tokens = _token_logprobs(content, text, k)
+        if isinstance(tokens, str):
+            return Failure(FailureCategory.MALFORMED_RESPONSE, f"choice {i}: {tokens}")
+        result.append(tokens)
+    return tuple(result)
+
+
+def _token_logprobs(content: list[Any], text: str, k: int) -> tuple[TokenLogprob, ...] | str:
+    """TokenLogprobs of one choice's `logprobs.content` (see the module docstring), or what is wrong."""
+    pieces: list[str] = []
+    values: list[tuple[float, dict[str, float]]] = []
+    for n, entry in enumerate(content):
+        if not isinstance(entry, dict) or not _token_entry(entry):
+            return f"logprobs.content[{n}] lacks a token or a numeric logprob"
+        top: dict[str, float] = {}
+        for alt in entry.get("top_logprobs") or ():
+            if isinstance(alt, dict) and _token_entry(alt):
+                top[alt["token"]] = max(float(alt["logprob"]), top.get(alt["token"], -math.inf))
+        pieces.append(entry["token"])
+        values.append((float(entry["logprob"]), dict(sorted(top.items(), key=lambda t: -t[1])[:k])))
+    raw = [entry.get("bytes") for entry in content]
+    if raw and all(isinstance(b, list) and all(type(x) is int and 0 <= x < 256 for x in b) for b in raw):
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        pieces = [decoder.decode(bytes(b)) for b in raw]
+        pieces[-1] += decoder.decode(b"", final=True)
+    keep = len(pieces)
+    if "".join(pieces).startswith(text):  # otherwise the offsets mean nothing: keep every token
+        keep = offset = 0
+        while keep < len(pieces) and offset < len(text):
+            offset += len(pieces[keep])
+            keep += 1
+    return tuple(TokenLogprob(piece, *value) for piece, value in zip(pieces[:keep], values))
+
+
+def _token_entry(entry: dict[str, Any]) -> bool:
+    """Whether `entry` has a string `token` and a numeric `logprob`."""
+    logprob = entry.get("logprob")
+    numeric = isinstance(logprob, (int, float)) and not isinstance(logprob, bool)
+    return numeric and isinstance(entry.get("token"), str)
 
 
 def _usage(payload: dict[str, Any]) -> Usage:

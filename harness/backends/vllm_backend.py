@@ -16,6 +16,11 @@ Deviations from a plain `LLM.chat(...)` call, all to make `vllm:` and `hf:` mean
 - Only the request's parameters apply: the checkpoint's generation-config sampling defaults are not merged.
 - Logprobs come from one generated token with `logprobs=options.top_logprobs`: a candidate outside the
   returned top tokens gets `-inf`.
+- Token logprobs of generated text (`params.logprobs = k > 0`) ask vLLM for `logprobs=k` (its default mode:
+  the model's raw distribution, as in `hf`) and are shaped as in `hf`: `token` is the token's share of the
+  text (`hf.token_pieces` over the sample's token ids), `top` the k best of vLLM's entries keyed by
+  `tokenizer.decode([id])` (vLLM adds the sampled token when it is outside the top k; that extra is left out),
+  and tokens wholly past the text (the end-of-sequence token, tokens after a stop string) are dropped.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from harness.backends.base import (
     GenerateRequest,
     LogprobRequest,
     LogprobResult,
+    TokenLogprob,
     Usage,
     sample_seed,
 )
@@ -99,6 +105,7 @@ class VLLMBackend:
         self._llm = vllm.LLM(**kwargs)
         self._vllm = vllm
         self._tok = self._llm.get_tokenizer()
+        self._token_texts: dict[int, str] = {}
         self._lock = threading.Lock()
         self.context_length = self._max_model_len()
         ident = dict(src.identity)
@@ -170,6 +177,7 @@ class VLLMBackend:
             max_new = (
                 p.max_tokens if not self.context_length else min(p.max_tokens, self.context_length - len(ids))
             )
+            extra = {"logprobs": p.logprobs} if p.logprobs else {}
             for s in range(1 if p.greedy else p.n):
                 rows.append((i, s))
                 prompts.append(ids)
@@ -181,9 +189,10 @@ class VLLMBackend:
                         max_tokens=max_new,
                         seed=None if p.greedy else sample_seed(p.seed, s),
                         stop=list(p.stop) + extra_stops,
+                        **extra,
                     )
                 )
-        outputs: dict[tuple[int, int], tuple[str, int]] = {}
+        outputs: dict[tuple[int, int], tuple[str, int, tuple[TokenLogprob, ...] | None]] = {}
         if prompts:
             try:
                 results = await asyncio.to_thread(self._run, prompts, params)
@@ -193,9 +202,16 @@ class VLLMBackend:
                 for i, _ in rows:
                     failures.setdefault(i, _failure(f"generation failed: {type(exc).__name__}: {exc}"))
                 results = []
-            for key, out in zip(rows, results):
+            for (i, s), out in zip(rows, results):
                 sample = out.outputs[0]
-                outputs[key] = (sample.text, len(sample.token_ids))
+                k = requests[i].params.logprobs
+                try:
+                    logprobs = self._token_logprobs(sample, k) if k else None
+                except Exception as exc:  # e.g. an engine that returned no logprobs
+                    message = f"reading token logprobs failed: {type(exc).__name__}: {exc}"
+                    failures.setdefault(i, _failure(message))
+                    continue
+                outputs[(i, s)] = (sample.text, len(sample.token_ids), logprobs)
         completions = []
         for i, req in enumerate(requests):
             if i in failures:
@@ -204,9 +220,31 @@ class VLLMBackend:
             p = req.params
             samples = [outputs[(i, 0 if p.greedy else s)] for s in range(p.n)]
             completions.append(
-                Completion(tuple(t for t, _ in samples), Usage(prompt_tokens[i], sum(n for _, n in samples)))
+                Completion(
+                    tuple(t for t, _, _ in samples),
+                    Usage(prompt_tokens[i], sum(n for _, n, _ in samples)),
+                    logprobs=tuple(lp or () for _, _, lp in samples) if p.logprobs else None,
+                )
             )
         return completions
+
+    def _token_logprobs(self, sample: Any, k: int) -> tuple[TokenLogprob, ...]:
+        """The TokenLogprobs of a vLLM `CompletionOutput` generated with `logprobs=k`."""
+        from harness.backends.hf import token_pieces, tokens_within, top_texts
+
+        ids = list(sample.token_ids)
+        steps = sample.logprobs
+        if steps is None or len(steps) < len(ids):
+            got = 0 if steps is None else len(steps)
+            raise ValueError(f"vLLM returned logprobs for {got} of {len(ids)} generated tokens")
+        pieces = token_pieces(self._tok, ids)
+        result = []
+        for t in tokens_within(pieces, len(sample.text)):
+            step = steps[t]  # {token id: Logprob}: the k best plus the sampled token
+            ranked = sorted(((tid, float(lp.logprob)) for tid, lp in step.items()), key=lambda e: -e[1])
+            top = top_texts(self._tok, ranked[:k], self._token_texts)
+            result.append(TokenLogprob(pieces[t], float(step[ids[t]].logprob), top))
+        return tuple(result)
 
     async def next_token_logprobs(
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]

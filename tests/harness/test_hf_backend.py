@@ -343,6 +343,126 @@ def test_logprob_request_longer_than_context_fails_alone(backend) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------
+# Token logprobs of generated text
+
+
+def _greedy_steps(model_dir: Path, ids: list[int], n: int):
+    """(token id, log-softmax row) of `n` greedy steps by direct forward passes over prompt + prefix."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    steps = []
+    with torch.inference_mode():
+        for _ in range(n):
+            row = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].float(), dim=-1)
+            steps.append((int(row.argmax()), row))
+            ids = ids + [steps[-1][0]]
+    return steps
+
+
+def test_token_logprobs_match_greedy_forward_passes(backend, tiny_dir: Path) -> None:
+    prompts = ["Hello", "Is the answer Yes or No?", "one two three"]
+    with_lp = gen(backend, [req(p, logprobs=5) for p in prompts] + [req("x")])
+    without = gen(backend, [req(p) for p in prompts])
+    assert with_lp[-1].ok and with_lp[-1].logprobs is None
+    assert all(c.logprobs is None for c in without)
+    for prompt, c, plain in zip(prompts, with_lp, without):
+        assert c.ok and c.texts == plain.texts  # asking for logprobs does not change the text
+        [tokens] = c.logprobs
+        assert "".join(t.token for t in tokens) == c.texts[0] and len(tokens) >= 4
+        steps = _greedy_steps(tiny_dir, backend.encode(user_chat(prompt)), len(tokens))
+        for t, (token_id, direct) in zip(tokens, steps):
+            assert t.logprob == pytest.approx(float(direct[token_id]), abs=1e-4)
+            values = list(t.top.values())
+            assert len(t.top) == 5 and values == sorted(values, reverse=True)
+            assert t.top[backend._tok.decode([token_id])] == pytest.approx(t.logprob, abs=1e-6)
+            assert values[0] == pytest.approx(t.logprob, abs=1e-6)  # greedy: the chosen token is the best
+            expected = direct.topk(5)
+            assert values == pytest.approx(expected.values.tolist(), abs=1e-4)
+            assert list(t.top) == [backend._tok.decode([i]) for i in expected.indices.tolist()]
+
+
+def test_token_logprobs_of_samples_use_the_raw_distribution(backend) -> None:
+    [greedy] = gen(backend, [req("Hello", logprobs=4)])
+    [sampled] = gen(backend, [req("Hello", logprobs=4, n=3, temperature=0.3, top_p=0.5, seed=5)])
+    [again] = gen(backend, [req("Hello", n=3, temperature=0.3, top_p=0.5, seed=5)])
+    assert sampled.texts == again.texts  # logprobs do not change what is sampled
+    assert len(sampled.logprobs) == 3
+    for text, tokens in zip(sampled.texts, sampled.logprobs):
+        assert "".join(t.token for t in tokens) == text
+        assert all(t.logprob <= 0 and len(t.top) == 4 for t in tokens)
+    # The first position sees the same prompt: unwarped by temperature and top-p, its alternatives match greedy.
+    first = greedy.logprobs[0][0].top
+    for tokens in sampled.logprobs:
+        assert tokens[0].top == pytest.approx(first, abs=1e-5)
+    [repeated] = gen(backend, [req("Hello", logprobs=4, n=2)])
+    assert repeated.logprobs == (greedy.logprobs[0], greedy.logprobs[0])
+
+
+def test_token_logprobs_follow_the_stop_string_cut(backend) -> None:
+    [full] = gen(backend, [req("How are you today?", max_tokens=30, logprobs=2)])
+    text, tokens = full.texts[0], full.logprobs[0]
+    assert "".join(t.token for t in tokens) == text
+    for cut in range(1, len(text) - 1, 3):
+        stop = text[cut : cut + 2]
+        [stopped] = gen(backend, [req("How are you today?", max_tokens=30, stop=(stop,), logprobs=2)])
+        kept = stopped.logprobs[0]
+        joined = "".join(t.token for t in kept)
+        short = stopped.texts[0]
+        assert short == text[: text.index(stop)]
+        assert joined.startswith(short) and kept == tokens[: len(kept)]
+        # Only the token straddling the cut reaches past it; nothing lies wholly after it.
+        assert len(joined) - len(kept[-1].token) < len(short) if short else kept == ()
+
+
+def test_token_logprobs_of_a_plain_rendered_answer_cover_the_stripped_text(tmp_path: Path) -> None:
+    from harness.backends.hf import HFBackend
+
+    b = HFBackend(str(build_tiny(tmp_path / "base", chat_template=False)), BackendOptions(dtype="float32"))
+    completions = gen(b, [req(p, logprobs=3, max_tokens=24) for p in PROMPTS])
+    for c in completions:
+        [tokens] = c.logprobs
+        joined = "".join(t.token for t in tokens)
+        assert c.texts[0] in joined and joined.strip().startswith(c.texts[0])
+        # No token lies wholly in the whitespace stripped from either end.
+        pieces = [t.token for t in tokens if t.token]
+        assert all(p.strip() for p in pieces[:1] + pieces[-1:])
+
+
+class _BytesTokenizer:
+    """Each id is one byte (as byte-level BPE pieces are); `decode` joins them as UTF-8."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_token_pieces_hold_partial_characters_and_concatenate_to_the_text() -> None:
+    from harness.backends.hf import token_pieces
+
+    text = "Oui: é, 日本 ok"
+    ids = list(text.encode())
+    pieces = token_pieces(_BytesTokenizer(), ids)
+    assert "".join(pieces) == text and len(pieces) == len(ids)
+    assert pieces[5:7] == ["", "é"]  # the first byte of é adds nothing; the second carries the character
+    assert token_pieces(_BytesTokenizer(), ids[:-1] + [0xE6]) == pieces[:-1] + ["\ufffd"]
+    assert token_pieces(_BytesTokenizer(), []) == []
+
+
+def test_tokens_within_drops_tokens_outside_the_span_and_keeps_straddlers() -> None:
+    from harness.backends.hf import tokens_within
+
+    pieces = [" a", "b", "", "cd", "ef"]  # " abcdef"
+    assert list(tokens_within(pieces, 7)) == [0, 1, 2, 3, 4]
+    assert list(tokens_within(pieces, 4)) == [0, 1, 2, 3]  # "cd" straddles the cut at 4
+    assert list(tokens_within(pieces, 3)) == [0, 1]  # "" and "cd" start at the cut
+    assert list(tokens_within(pieces, 0)) == []
+    assert list(tokens_within(pieces, 7, start=1)) == [0, 1, 2, 3, 4]  # " a" straddles the stripped space
+    assert list(tokens_within(pieces, 7, start=2)) == [1, 2, 3, 4]
+    assert list(tokens_within(["", " ", "x"], 2, start=1)) == [2]
+
+
+# ------------------------------------------------------------------------------------------------------------
 # The real embedded model
 
 
@@ -366,6 +486,10 @@ def test_smollm2_chat_generation_and_logprobs() -> None:
     )
     assert lp.ok and all(-30 < v < 0 for v in lp.logprobs.values())
     assert b.identity()["kind"] == "hf" and len(b.identity()["weights"]) == 64
+    [yes_no] = gen(b, [req("Answer with Yes or No: is Paris in France?", max_tokens=4, logprobs=5)])
+    [tokens] = yes_no.logprobs
+    assert "".join(t.token for t in tokens) == yes_no.texts[0]
+    assert len(tokens[0].top) == 5 and any(k.strip().lower() == "yes" for k in tokens[0].top), tokens[0]
 
 
 @pytest.mark.slow
@@ -440,6 +564,9 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
             self.calls.append((prompts, sampling_params))
             outs = []
             for prompt, sp in zip(prompts, sampling_params):
+                if sp.logprobs and sp.max_tokens > 1:
+                    outs.append(types.SimpleNamespace(outputs=[_scripted_vllm_sample(self.get_tokenizer(), sp)]))
+                    continue
                 text = f"seed={sp.seed} len={len(prompt['prompt_token_ids'])}"
                 top = {
                     token: types.SimpleNamespace(logprob=-0.5 - token / 100)
@@ -493,6 +620,62 @@ def test_vllm_backend_maps_requests_onto_the_engine(fake_vllm, tiny_dir: Path) -
     asyncio.run(b.close())
     with pytest.raises(BackendUnavailableError, match="closed"):
         asyncio.run(b.generate([req("Hello")]))
+
+
+VLLM_SCRIPT = "Is the answer Yes or No? Yes. No."
+
+
+def _scripted_vllm_sample(tokenizer, sp):
+    """What vLLM returns for `VLLM_SCRIPT` + end-of-sequence with `logprobs=k`: every generated id (the EOS
+    and those past a stop string too) with a {token id: Logprob} step holding ids 0..k-1 and the sampled id,
+    which scores -0.25 at even positions (inside the top k) and -9 at odd ones (outside it)."""
+    import types
+
+    ids = tokenizer.encode(VLLM_SCRIPT, add_special_tokens=False) + [tokenizer.eos_token_id]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    for stop in sp.stop or ():
+        if stop in text:
+            text = text[: text.index(stop)]
+    steps = []
+    for position, token in enumerate(ids):
+        step = {a: types.SimpleNamespace(logprob=-1.0 - a / 10, rank=a + 1) for a in range(sp.logprobs)}
+        step[token] = types.SimpleNamespace(logprob=-0.25 if position % 2 == 0 else -9.0, rank=None)
+        steps.append(step)
+    return types.SimpleNamespace(text=text, token_ids=ids, logprobs=steps)
+
+
+def test_vllm_backend_token_logprobs(fake_vllm, tiny_dir: Path) -> None:
+    from harness.backends.vllm_backend import VLLMBackend
+
+    b = load_backend(f"vllm:{tiny_dir}")
+    assert isinstance(b, VLLMBackend)
+    tok = b._tok
+    full, stopped, plain = asyncio.run(
+        b.generate([req("Hi", n=2, logprobs=3), req("Hi", logprobs=3, stop=("r Y",)), req("Hi")])
+    )
+    engine = fake_vllm.instances[-1]
+    params = engine.calls[-1][1]
+    assert [p.logprobs for p in params] == [3, 3, None]
+    assert plain.ok and plain.logprobs is None
+    assert full.ok and full.texts == (VLLM_SCRIPT, VLLM_SCRIPT) and full.logprobs[0] == full.logprobs[1]
+    tokens = full.logprobs[0]
+    ids = tok.encode(VLLM_SCRIPT, add_special_tokens=False)
+    assert len(tokens) == len(ids)  # the end-of-sequence token is not listed
+    assert "".join(t.token for t in tokens) == VLLM_SCRIPT
+    alternatives = {tok.decode([a]): -1.0 - a / 10 for a in range(3)}
+    for position, (t, token_id) in enumerate(zip(tokens, ids)):
+        if position % 2 == 0:
+            best_two = dict(list(alternatives.items())[:2])
+            assert t.logprob == -0.25 and t.top == {tok.decode([token_id]): -0.25, **best_two}
+        else:  # the sampled token fell outside the top 3: vLLM lists it, `top` does not
+            assert t.logprob == -9.0 and t.top == alternatives
+    assert list(tokens[1].top.values()) == sorted(tokens[1].top.values(), reverse=True)
+    short = stopped.texts[0]
+    assert short == VLLM_SCRIPT[: VLLM_SCRIPT.index("r Y")]
+    kept = stopped.logprobs[0]
+    joined = "".join(t.token for t in kept)
+    assert kept == tokens[: len(kept)] and joined.startswith(short)
+    assert len(joined) - len(kept[-1].token) < len(short)  # only the straddling token reaches past the cut
 
 
 def test_vllm_backend_without_cuda_refuses(

@@ -20,6 +20,7 @@ from harness.backends.base import (
     GenerateRequest,
     LogprobRequest,
     SamplingParams,
+    TokenLogprob,
     user_chat,
 )
 from harness.backends.openai_backend import (
@@ -316,6 +317,88 @@ def test_server_without_logprobs_is_unsupported() -> None:
         (result,) = asyncio.run(go(make_backend(url)))
     assert result.error is not None and result.error.category is FailureCategory.UNSUPPORTED
     assert "did not return logprobs" in result.error.message
+
+
+def _entry(token: str, logprob: float, top: list[tuple[str, float]], raw: bytes | None = None) -> dict:
+    entry = {"token": token, "logprob": logprob, "top_logprobs": [{"token": t, "logprob": v} for t, v in top]}
+    if raw is not None:
+        entry["bytes"] = list(raw)
+    return entry
+
+
+def test_generate_parses_token_logprobs_per_choice_in_order() -> None:
+    bodies: list = []
+    sheet = [  # "1: Yes\n2: No", as a server lists it (top alternatives best first, one repeated)
+        _entry("1", -0.01, [("1", -0.01), ("A", -5.0)]),
+        _entry(":", -0.02, [(":", -0.02), (".", -4.0)]),
+        _entry(" Yes", -0.3, [(" Yes", -0.3), (" No", -1.4), (" Yes", -9.0)]),
+        _entry("\n", -0.05, [("\n", -0.05), (" ", -3.5)]),
+        _entry("2", -0.01, [("2", -0.01)]),
+        _entry(":", -0.02, [(":", -0.02)]),
+        _entry(" No", -0.7, [(" No", -0.7), (" Yes", -0.9)]),
+    ]
+    # "ça\n\n" whose "ç" is split over two tokens (token strings as bytes escapes), then a token the server
+    # reports although the stop string "\n\n" cut it from the text.
+    split = [
+        _entry("\\xc3", -1.0, [("\\xc3", -1.0)], b"\xc3"),
+        _entry("\\xa7", -0.1, [("\\xa7", -0.1)], b"\xa7"),
+        _entry("a", -0.2, [("a", -0.2)], b"a"),
+        _entry("\n\n", -0.3, [("\n\n", -0.3)], b"\n\n"),
+    ]
+
+    async def handler(request: HttpRequest):
+        body = request.json()
+        bodies.append(body)
+        if not body.get("logprobs"):
+            return json_response(chat_completion(["plain"]))
+        response = chat_completion(["1: Yes\n2: No", "ça"], logprobs=[{"content": sheet}, {"content": split}])
+        response["choices"].reverse()  # servers may list choices out of order
+        return json_response(response)
+
+    with serve_in_thread(handler) as url:
+        with_lp, plain = generate(
+            make_backend(url), [ask("sheet", n=2, logprobs=2, stop=("\n\n",)), ask("plain")]
+        )
+    assert with_lp.ok and with_lp.texts == ("1: Yes\n2: No", "ça")
+    assert plain.ok and plain.logprobs is None
+    by_text = {b["messages"][0]["content"]: b for b in bodies}
+    assert by_text["sheet"]["logprobs"] is True and by_text["sheet"]["top_logprobs"] == 2
+    assert "logprobs" not in by_text["plain"] and "top_logprobs" not in by_text["plain"]
+    answers, accented = with_lp.logprobs
+    assert isinstance(answers[0], TokenLogprob)
+    assert [t.token for t in answers] == ["1", ":", " Yes", "\n", "2", ":", " No"]
+    assert "".join(t.token for t in answers) == with_lp.texts[0]
+    assert [t.logprob for t in answers] == [-0.01, -0.02, -0.3, -0.05, -0.01, -0.02, -0.7]
+    assert answers[2].top == {" Yes": -0.3, " No": -1.4}  # the best of a repeated text, at most k entries
+    assert list(answers[2].top) == [" Yes", " No"] and answers[4].top == {"2": -0.01}
+    assert answers[6].top == {" No": -0.7, " Yes": -0.9}
+    assert [t.token for t in accented] == ["", "ç", "a"]  # the token past the stop cut is dropped
+    assert [t.logprob for t in accented] == [-1.0, -0.1, -0.2] and accented[0].top == {"\\xc3": -1.0}
+
+
+@pytest.mark.parametrize(
+    ("logprobs", "category", "phrase"),
+    [
+        (None, FailureCategory.UNSUPPORTED, "did not return token logprobs"),
+        ({"content": None}, FailureCategory.UNSUPPORTED, "did not return token logprobs"),
+        ({"content": [{"token": "x"}]}, FailureCategory.MALFORMED_RESPONSE, "numeric logprob"),
+    ],
+)
+def test_generate_without_usable_token_logprobs_fails(logprobs, category, phrase) -> None:
+    async def handler(request: HttpRequest):
+        return json_response(chat_completion(["x"], logprobs=[logprobs]))
+
+    with serve_in_thread(handler) as url:
+        (result,) = generate(make_backend(url), [ask("hi", logprobs=3)])
+    assert result.error is not None and result.error.category is category and result.texts == ()
+    assert phrase in result.error.message and result.error.attempts == 1
+
+
+def test_stock_server_without_logprobs_fails_generation_as_unsupported() -> None:
+    with serve_in_thread(openai_handler()) as url:
+        ok, unsupported = generate(make_backend(url), [ask("hi"), ask("hi", logprobs=1)])
+    assert ok.ok and ok.logprobs is None
+    assert unsupported.error is not None and unsupported.error.category is FailureCategory.UNSUPPORTED
 
 
 # -- probe, identity, registry -------------------------------------------------------------------------------
