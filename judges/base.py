@@ -127,9 +127,24 @@ def parse_evaluator_spec(spec: str) -> tuple[str, dict[str, str]]:
     return kind, settings
 
 
-def format_evaluator_spec(kind: str, settings: dict[str, Any]) -> str:
-    """The canonical spec: settings sorted by key, None values left out."""
-    parts = [f"{k}={v}" for k, v in sorted(settings.items()) if v is not None]
+def format_evaluator_spec(
+    kind: str,
+    settings: dict[str, Any],
+    *,
+    defaults: dict[str, Any] | None = None,
+    runtime: Sequence[str] = (),
+) -> str:
+    """The canonical spec: settings sorted by key, booleans lower-case.
+
+    Left out: None values, values equal to their default in `defaults`, and `runtime` keys (batch size, device:
+    settings that do not change scores, so changing them must not rename the evaluator or orphan its records).
+    """
+    defaults = defaults or {}
+    parts = []
+    for key, value in sorted(settings.items()):
+        if value is None or key in runtime or (key in defaults and defaults[key] == value):
+            continue
+        parts.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
     return kind + (":" + ",".join(parts) if parts else "")
 
 

@@ -1,0 +1,1 @@
+"""Prompt templates of the judges, as package data (`{{slot}}` placeholders; see `judges.templates`)."""
