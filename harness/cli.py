@@ -74,15 +74,21 @@ DpOpt = Annotated[int, typer.Option("--data-parallel", min=1, help="vLLM data pa
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Bypass the call cache (nothing read or written).")]
 
 
-def _backend(spec: str, *, no_cache: bool = False, **options):
-    from harness.backends import BackendOptions, load_backend
-    from harness.cache import CachedBackend, CallCache
+def _backend_options(
+    *, base_url, api_key_env, concurrency, timeout, max_attempts, batch_size, tensor_parallel, data_parallel
+):
+    from harness.backends import BackendOptions
 
-    opts = BackendOptions(**{k: v for k, v in options.items() if v is not None})
-    return CachedBackend(load_backend(spec, opts), None if no_cache else CallCache())
-
-
-# ---------------------------------------------------------------------------------------------------- verbs
+    return BackendOptions(
+        base_url=base_url,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        batch_size=batch_size,
+        tensor_parallel_size=tensor_parallel,
+        data_parallel_size=data_parallel,
+    )
 
 
 @app.command()
@@ -134,18 +140,20 @@ def generate(
         seed=seed,
         chunk_size=max(64, 4 * concurrency),
     )
-    backend = _backend(
-        model,
-        no_cache=no_cache,
+    from harness.backends import load_backend
+    from harness.cache import CachedBackend, CallCache
+
+    options = _backend_options(
         base_url=base_url,
         api_key_env=api_key_env,
         concurrency=concurrency,
         timeout=timeout,
         max_attempts=max_attempts,
         batch_size=batch_size,
-        tensor_parallel_size=tensor_parallel,
-        data_parallel_size=data_parallel,
+        tensor_parallel=tensor_parallel,
+        data_parallel=data_parallel,
     )
+    backend = CachedBackend(load_backend(model, options), None if no_cache else CallCache())
     from harness.progress import progress_bar
 
     async def main():
@@ -196,12 +204,65 @@ def eval_(
 
 @app.command()
 def score(
-    evaluator: Annotated[str, typer.Option("--evaluator")] = "",
-    input: Annotated[Optional[Path], typer.Option("--input")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out")] = None,
+    evaluator: Annotated[str, typer.Option("--evaluator", "-e", help="Evaluator spec (harness list evaluators).")],
+    input: Annotated[Path, typer.Option("--input", "-i", help="JSONL of {id, prompt, responses: [...]}.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL, one line per set: scores + trace.")],
+    seed: Annotated[int, typer.Option("--seed", help="Run seed; per-set seeds derive from it and the id.")] = 0,
+    parallel: Annotated[int, typer.Option("--parallel", min=1, help="Sets scored concurrently.")] = 8,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
+    concurrency: ConcurrencyOpt = 32,
+    timeout: TimeoutOpt = 120.0,
+    max_attempts: AttemptsOpt = 6,
+    batch_size: BatchOpt = 8,
+    tensor_parallel: TpOpt = 1,
+    data_parallel: DpOpt = 1,
+    no_cache: NoCacheOpt = False,
 ) -> None:
-    """Score {id, prompt, responses} sets with an evaluator."""
-    _not_yet("score")
+    """Score {id, prompt, responses} sets with an evaluator; resumable, cached.
+
+    Each output line holds the scores (None for a response that could not be scored), the number unscored and the
+    evaluator's trace (rubric, verdict matrix, per-item pass rates, failures by category).
+    """
+    import asyncio
+
+    from harness.cache import CallCache
+    from harness.pool import BackendPool
+    from harness.progress import progress_bar
+    from harness.score import read_sets_file, run_score
+    from judges import load_evaluator
+
+    sets = read_sets_file(input)
+    options = _backend_options(
+        base_url=base_url,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        batch_size=batch_size,
+        tensor_parallel=tensor_parallel,
+        data_parallel=data_parallel,
+    )
+    pool = BackendPool(options=options, cache=None if no_cache else CallCache())
+
+    async def main():
+        try:
+            judge = load_evaluator(evaluator, pool)
+            with progress_bar(len(sets), "score") as advance:
+                return await run_score(judge, sets, out, seed=seed, parallel=parallel, pool=pool, on_progress=advance)
+        finally:
+            await pool.close()
+
+    summary = asyncio.run(main())
+    typer.echo(
+        f"{out}: {summary.total} sets ({summary.scored} fully scored, {summary.incomplete} with unscored responses, "
+        f"{summary.skipped} already done); backend calls: {summary.backend_calls}, cache hits: {summary.cache_hits}"
+    )
+    if summary.failures:
+        cats = ", ".join(f"{k}={v}" for k, v in sorted(summary.failures.items()))
+        typer.echo(f"recorded failures by category: {cats} (see 'trace.failures' in {out})", err=True)
+    if summary.incomplete:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -276,8 +337,14 @@ def list_benchmarks() -> None:
 
 @list_app.command("evaluators")
 def list_evaluators() -> None:
-    """Registered evaluators."""
-    _list_kind("evaluator")
+    """Evaluator kinds and their settings; a spec is KIND:key=value,... (e.g. dynamic-rubric:generator=smollm2-135m)."""
+    from harness.registry import lookup, names
+    from judges import register_all
+
+    register_all()
+    for kind in names("evaluator"):
+        doc = (lookup("evaluator", kind).__doc__ or "").strip().splitlines()
+        typer.echo(f"{kind:<16} {doc[0] if doc else ''}")
 
 
 def _list_kind(kind: str) -> None:
@@ -341,9 +408,20 @@ def bench_api(
 
 
 @bench_app.command("verify")
-def bench_verify(model: Annotated[str, typer.Option("--model")] = "") -> None:
-    """Compare the three verification modes (calls, tokens, time, agreement)."""
-    _not_yet("bench verify")
+def bench_verify(
+    model: ModelOpt,
+    items: Annotated[int, typer.Option("--items", min=1, help="Rubric items (up to 10).")] = 6,
+    responses: Annotated[int, typer.Option("--responses", min=1, help="Responses (up to 6).")] = 4,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
+    batch_size: BatchOpt = 8,
+) -> None:
+    """Compare the verification modes per_item, batched, logprob: calls, tokens, wall time, agreement."""
+    from harness.backends import BackendOptions
+    from harness.bench_verify import bench_verify_sync
+
+    options = BackendOptions(base_url=base_url, api_key_env=api_key_env, batch_size=batch_size)
+    typer.echo(bench_verify_sync(model, items=items, responses=responses, options=options))
 
 
 def main() -> None:

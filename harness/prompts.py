@@ -45,16 +45,17 @@ def _messages_from(obj: dict, where: str) -> tuple[Message, ...]:
     raise ConfigError(f"{where}: expected a 'prompt', 'instruction' or 'messages' field, got keys {sorted(obj)}")
 
 
-def read_prompts_file(path: Path) -> list[PromptRecord]:
-    """Read `{"id", "prompt" | "instruction" | "messages", ["system"]}` lines.
+def iter_jsonl_records(path: Path, *, what: str) -> Iterator[tuple[str, str, dict]]:
+    """Yield `(where, id, object)` for each non-blank line of an input JSONL file with unique scalar ids.
+
+    `where` is `FILE:LINE` for error messages; `what` names the file's role in the not-found message.
 
     Raises:
-        ConfigError: naming the file and line of the first malformed or duplicate record.
+        ConfigError: for a missing or empty file, or naming the file and line of a malformed or duplicate record.
     """
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"prompts file not found: {path}")
-    records: list[PromptRecord] = []
+        raise ConfigError(f"{what} file not found: {path}")
     seen: set[str] = set()
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -69,14 +70,22 @@ def read_prompts_file(path: Path) -> list[PromptRecord]:
                 raise ConfigError(f"{where}: expected a JSON object, got {type(obj).__name__}")
             if "id" not in obj or not isinstance(obj["id"], (str, int)) or isinstance(obj["id"], bool):
                 raise ConfigError(f"{where}: missing or non-scalar 'id' (a string or integer is required)")
-            pid = str(obj["id"])
-            if pid in seen:
-                raise ConfigError(f"{where}: duplicate id {pid!r}")
-            seen.add(pid)
-            records.append(PromptRecord(pid, _messages_from(obj, where)))
-    if not records:
-        raise ConfigError(f"{path}: no prompts in file")
-    return records
+            rid = str(obj["id"])
+            if rid in seen:
+                raise ConfigError(f"{where}: duplicate id {rid!r}")
+            seen.add(rid)
+            yield where, rid, obj
+    if not seen:
+        raise ConfigError(f"{path}: no records in file")
+
+
+def read_prompts_file(path: Path) -> list[PromptRecord]:
+    """Read `{"id", "prompt" | "instruction" | "messages", ["system"]}` lines.
+
+    Raises:
+        ConfigError: naming the file and line of the first malformed or duplicate record.
+    """
+    return [PromptRecord(rid, _messages_from(obj, where)) for where, rid, obj in iter_jsonl_records(path, what="prompts")]
 
 
 def benchmark_prompts(name: str, *, data_dir: Path | None, limit: int | None) -> list[PromptRecord]:

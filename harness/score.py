@@ -7,13 +7,13 @@ completely and retries sets with unscored responses. Each set's seed derives fro
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.prompts import iter_jsonl_records
 from harness.runstore import Manifest, RecordLog
 from harness.seeds import derive_seed
 
@@ -33,36 +33,14 @@ def read_sets_file(path: Path) -> list[ResponseSet]:
     Raises:
         ConfigError: naming the file and line of the first malformed or duplicate record.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"input file not found: {path}")
-    sets: list[ResponseSet] = []
-    seen: set[str] = set()
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise ConfigError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            rid = obj.get("id")
-            if not isinstance(rid, (str, int)) or isinstance(rid, bool):
-                raise ConfigError(f"{where}: missing or non-scalar 'id'")
-            prompt, responses = obj.get("prompt"), obj.get("responses")
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise ConfigError(f"{where}: 'prompt' must be a non-empty string")
-            if not isinstance(responses, list) or not responses or not all(isinstance(r, str) for r in responses):
-                raise ConfigError(f"{where}: 'responses' must be a non-empty list of strings")
-            if str(rid) in seen:
-                raise ConfigError(f"{where}: duplicate id {str(rid)!r}")
-            seen.add(str(rid))
-            sets.append(ResponseSet(str(rid), prompt, tuple(responses)))
-    if not sets:
-        raise ConfigError(f"{path}: no records in file")
+    sets = []
+    for where, rid, obj in iter_jsonl_records(path, what="input"):
+        prompt, responses = obj.get("prompt"), obj.get("responses")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ConfigError(f"{where}: 'prompt' must be a non-empty string")
+        if not isinstance(responses, list) or not responses or not all(isinstance(r, str) for r in responses):
+            raise ConfigError(f"{where}: 'responses' must be a non-empty list of strings")
+        sets.append(ResponseSet(rid, prompt, tuple(responses)))
     return sets
 
 

@@ -296,7 +296,9 @@ def _in_game(g: int, a: int, b: int, failure: Failure) -> Failure:
 
 @register("evaluator", KIND)
 def build(settings: dict[str, str], pool: BackendPool) -> PairwiseJudge:
-    """Build a `pairwise-judge` evaluator; the judge model comes from `pool.get(model)`.
+    """`pairwise-judge:model=SPEC[,temperature=0,max_tokens=512]`: an LLM compares pairs in both orders.
+
+    The judge model comes from `pool.get(model)`.
 
     Raises:
         ConfigError: for unknown or malformed settings, or an unknown model spec.

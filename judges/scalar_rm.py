@@ -449,7 +449,9 @@ def _failure(stage: str, message: str, response: int) -> StageFailure:
 
 @register("evaluator", KIND)
 def build(settings: dict[str, str], pool: BackendPool) -> ScalarRM:
-    """Build a `scalar-rm` evaluator from spec settings; scores are cached in `pool.cache`.
+    """`scalar-rm:model=ID_OR_DIR[,with_responses=true,head=classifier|lm-token0]`: a reward model's scalar.
+
+    Scores are cached in `pool.cache`.
 
     Raises:
         ConfigError: for unknown or malformed settings (see `DEFAULTS`; `model` is required).

@@ -48,7 +48,6 @@ def test_help_imports_no_heavy_library():
         ["report", "runs/x"],
         ["compare", "a", "b"],
         ["train", "generator"],
-        ["bench", "verify", "--model", "smollm2-135m"],
     ],
 )
 def test_unfinished_verbs_do_not_pretend(args):

@@ -35,7 +35,7 @@ def test_reads_prompt_instruction_and_messages(tmp_path: Path):
         ('{"id": 1, "text": "a"}\n', r"expected a 'prompt', 'instruction' or 'messages' field"),
         ('{"id": 1, "messages": [{"role": "bot", "content": "x"}]}\n', r"messages\[0\] must be"),
         ('[1, 2]\n', r"expected a JSON object"),
-        ("\n", r"no prompts in file"),
+        ("\n", r"no records in file"),
     ],
 )
 def test_malformed_files_name_file_and_line(tmp_path: Path, text: str, message: str):

@@ -71,3 +71,29 @@ def test_malformed_sets_file(tmp_path: Path, text: str, message: str):
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         read_sets_file(path)
+
+
+def test_score_cli_end_to_end_with_a_pairwise_judge(tmp_path: Path):
+    """`harness score` as a user runs it, against a loopback server whose judge always answers [[A]]."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.loopback import openai_handler, serve_in_thread
+
+    sets = tmp_path / "sets.jsonl"
+    sets.write_text(json.dumps({"id": "q1", "prompt": "Name a prime.", "responses": ["7", "8"]}) + "\n")
+    out = tmp_path / "scores.jsonl"
+    env = {**os.environ, "HARNESS_CALL_CACHE": str(tmp_path / "calls.sqlite")}
+    with serve_in_thread(openai_handler(text="Both fine. [[A]]")) as url:
+        args = [sys.executable, "-m", "harness", "score", "--evaluator", "pairwise-judge:model=openai:judge",
+                "--base-url", url, "--input", str(sets), "--out", str(out)]
+        first = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+        again = subprocess.run(args + ["--out", str(tmp_path / "again.jsonl")], capture_output=True, text=True,
+                               timeout=120, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "1 fully scored" in first.stdout and "backend calls: 2" in first.stdout
+    [line] = _lines(out)
+    # The judge prefers whichever response it sees first: the two orders disagree, so the pair is a tie.
+    assert line["evaluator"] == "pairwise-judge:model=openai:judge" and line["scores"] == [0.5, 0.5]
+    assert "backend calls: 0, cache hits: 2" in again.stdout

@@ -1,0 +1,34 @@
+"""`harness bench verify` on a scripted verifier: counts, agreement and the printed ratios."""
+
+import asyncio
+
+import pytest
+from judge_fakes import FakeJudge
+
+from harness import bench_verify
+from harness.errors import ConfigError
+
+
+def test_modes_counted_and_compared(monkeypatch: pytest.MonkeyPatch):
+    prompt, responses, rubric = bench_verify.load_example(3, 2)
+    # Truth: response 0 meets every criterion, response 1 none.
+    judge = FakeJudge(
+        truth={(responses[0], c): True for c in rubric.criteria},
+        hook=lambda r: "yes" if "[Response]" not in r.messages[0].content else None,  # the warm-up request
+    )
+    monkeypatch.setattr("harness.backends.load_backend", lambda spec, options: judge)
+    results = asyncio.run(bench_verify.run_bench_verify("fake", items=3, responses=2))
+    by_mode = {r.mode: r for r in results}
+    assert [r.mode for r in results] == ["per_item", "batched", "logprob"]
+    assert by_mode["per_item"].calls == 6 and by_mode["batched"].calls == 2 and by_mode["logprob"].calls == 2
+    assert all(r.agreement == 1.0 and r.compared == 6 and r.failed_cells == 0 for r in results)
+    assert by_mode["batched"].prompt_tokens == 20 and by_mode["batched"].completion_tokens == 10
+    text = bench_verify.format_bench_verify(results, spec="fake", items=3, responses=2)
+    assert "per_item/batched: calls 3.0x" in text and "per_item/logprob: calls 3.0x" in text
+
+
+def test_example_size_is_checked():
+    with pytest.raises(ConfigError, match="--items must be in 1..10"):
+        bench_verify.load_example(11, 2)
+    with pytest.raises(ConfigError, match="--responses must be in 1..6"):
+        bench_verify.load_example(2, 7)
