@@ -38,3 +38,19 @@ def _isolated_call_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     path = tmp_path / "calls.sqlite"
     monkeypatch.setenv("HARNESS_CALL_CACHE", str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real benchmark files (`$HARNESS_TEST_DATA`, default `../shared/data` beside the checkout).
+
+    Missing data fails the test in CI (`CI` set) and skips it elsewhere.
+    """
+    default = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+    path = Path(os.environ.get("HARNESS_TEST_DATA", default))
+    if not path.is_dir():
+        message = f"benchmark test data not found at {path} (set HARNESS_TEST_DATA)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path

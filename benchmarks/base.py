@@ -1,0 +1,114 @@
+"""Benchmark items, the benchmark protocol, and the helpers loaders share.
+
+An evaluator benchmark yields items; each item becomes one `score_set` call (DESIGN.md §2): pairwise items with K=2,
+listwise items with K=len(responses). Items are frozen records; nothing here imports torch.
+
+A benchmark loads from `data_dir/<folder>/` holding the upstream files in their original formats when a data dir is
+given, else from its Hugging Face dataset through `datasets` (the real path users run).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+from harness.errors import ConfigError
+from harness.seeds import derive_seed
+
+
+@dataclass(frozen=True, slots=True)
+class PairwiseItem:
+    """Two responses to one prompt, one of them preferred by the benchmark."""
+
+    id: str
+    """Unique within the benchmark (stable across runs: records are keyed by it)."""
+    prompt: str
+    """The user prompt (multi-turn context rendered into one string where the upstream has several turns)."""
+    responses: tuple[str, str]
+    """The two responses in presentation order (A, B), after any A/B randomisation."""
+    preferred: int
+    """Index (0 or 1) into `responses` of the preferred response."""
+    meta: Mapping[str, str] = field(default_factory=dict)
+    """Upstream facts metrics need (subset, source, domain, styles, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListwiseItem:
+    """A ranked list of responses to one prompt."""
+
+    id: str
+    """Unique within the benchmark."""
+    prompt: str
+    """The user prompt."""
+    responses: tuple[str, ...]
+    """The candidates, in upstream order (not rank order)."""
+    gold_ranks: tuple[int, ...]
+    """Gold rank of each response, aligned with `responses`: 1 = best; equal ranks are gold ties."""
+    meta: Mapping[str, str] = field(default_factory=dict)
+    """Upstream facts metrics need."""
+
+
+Item = PairwiseItem | ListwiseItem
+
+
+@runtime_checkable
+class Benchmark(Protocol):
+    """What every evaluator benchmark implements; registered with `@register("benchmark", name)`."""
+
+    name: str
+    """Registry name (`judgebench`, `rm_bench`, ...)."""
+    kind: Literal["pairwise", "listwise"]
+    """Which metrics apply."""
+
+    def load(self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0) -> list[Item]:
+        """The benchmark's items, in a stable order; `limit` keeps the first N; `seed` drives A/B randomisation."""
+        ...
+
+
+def randomise_pair(item_id: str, preferred_text: str, other_text: str, *, seed: int) -> tuple[tuple[str, str], int]:
+    """Put the preferred response at A or B by a seed derived from (seed, item id); returns (responses, preferred).
+
+    For upstreams that always store the preferred response first (`chosen`), so a position-biased evaluator cannot
+    score well by position alone.
+    """
+    if random.Random(derive_seed(seed, item_id, "ab")).random() < 0.5:
+        return (preferred_text, other_text), 0
+    return (other_text, preferred_text), 1
+
+
+def data_folder(data_dir: Path | None, folder: str, *, required: Sequence[str]) -> Path:
+    """`data_dir/folder`, checked to hold the `required` files (glob patterns).
+
+    Raises:
+        ConfigError: naming the folder and what is missing there.
+    """
+    path = Path(data_dir) / folder  # type: ignore[arg-type]
+    if not path.is_dir():
+        raise ConfigError(f"benchmark data folder not found: {path}")
+    missing = [pattern for pattern in required if not any(path.glob(pattern))]
+    if missing:
+        raise ConfigError(f"{path}: missing {', '.join(missing)}")
+    return path
+
+
+def load_hub(dataset_id: str, *, split: str, config: str | None = None, revision: str | None = None):
+    """A Hugging Face dataset split through `datasets` (hub or local HF cache).
+
+    Raises:
+        ConfigError: with the dataset id and the reason, plus a hint to use `--data-dir` offline.
+    """
+    try:
+        import datasets
+    except ImportError as exc:  # pragma: no cover - datasets is a core dependency
+        raise ConfigError("loading benchmarks from the Hugging Face hub needs `datasets`") from exc
+    try:
+        return datasets.load_dataset(dataset_id, config, split=split, revision=revision)
+    except Exception as exc:  # datasets raises many types (connection, missing split, gated repo)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(
+            f"cannot load Hugging Face dataset {dataset_id!r} (split {split!r}): {reason}; "
+            "offline, pass --data-dir with the upstream files"
+        ) from None
