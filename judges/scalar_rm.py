@@ -2,7 +2,7 @@
 
 Spec: `scalar-rm:model=NAME[,with_responses=true][,head=classifier|lm-token0][,batch_size=8][,max_length=8192]
 [,dtype=auto][,device=auto]`. NAME is a hub id (optionally `repo@revision`) or a local checkpoint folder; a
-leading `hf:` is accepted and dropped. Examples: `scalar-rm:model=Skywork/Skywork-Reward-Gemma-2-27B-v0.2`
+leading `hf:` is accepted and dropped; a model alias (`smollm2-135m`) resolves to its converted checkpoint. Examples: `scalar-rm:model=Skywork/Skywork-Reward-Gemma-2-27B-v0.2`
 and, for the "w/ responses" rows, the same with `with_responses=true`.
 
 How a response is scored:
@@ -280,9 +280,13 @@ class ScalarRM:
     """
 
     def __init__(self, settings: dict[str, Any], *, cache: CallCache | None = None) -> None:
+        from harness.backends import parse_spec
         from harness.backends.hf import hub_commit, locate_model
+        from harness.registry import names
 
-        name = str(settings["model"]).strip()
+        name = given = str(settings["model"]).strip()
+        if name in names("model"):  # an alias such as smollm2-135m: its converted checkpoint (CPU stand-ins)
+            name = parse_spec(name)[1]
         name = name.removeprefix("hf:")
         if not name:
             raise ConfigError(f"{KIND}: empty model setting")
@@ -297,7 +301,8 @@ class ScalarRM:
             raise ModelNotFoundError(
                 f"{KIND}: model {name!r} is a file; give a checkpoint folder or a hub id"
             )
-        self.settings = {**settings, "model": name}
+        # An alias keeps its name in the spec, so the evaluator's name is the same on every machine.
+        self.settings = {**settings, "model": given if given in names("model") else name}
         self.spec = format_evaluator_spec(KIND, self.settings, defaults=DEFAULTS, runtime=RUNTIME_SETTINGS)
         self.with_responses: bool = settings["with_responses"]
         self.batch_size: int = settings["batch_size"]

@@ -330,3 +330,20 @@ def test_bfloat16_scores_are_close_and_named_in_the_identity(rm_dir: Path) -> No
     _, full = score(f"scalar-rm:model={rm_dir},dtype=float32")
     assert evaluator.identity()["dtype"] == "bfloat16" and "weights" in evaluator.identity()
     assert half.scores == pytest.approx(full.scores, abs=0.1)
+
+
+@pytest.mark.slow
+def test_alias_resolves_to_the_embedded_model_and_keeps_its_name() -> None:
+    import asyncio
+    import math
+
+    from harness.pool import BackendPool
+    from judges import load_evaluator
+
+    evaluator = load_evaluator("scalar-rm:model=smollm2-135m,head=lm-token0", BackendPool())
+    try:
+        assert evaluator.spec == "scalar-rm:head=lm-token0,model=smollm2-135m"
+        result = asyncio.run(evaluator.score_set("What is 2+2?", ["4", "five", "The answer is 4."], seed=0))
+    finally:
+        asyncio.run(evaluator.close())
+    assert result.n_unscored == 0 and all(math.isfinite(s) for s in result.scores)
