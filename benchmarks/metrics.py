@@ -1,0 +1,346 @@
+"""Evaluator metrics: strict pairwise and top-1 accuracy, nDCG, upstream rules, bootstrap CIs (DESIGN.md §4).
+
+Conventions (every evaluator number the project reports follows these):
+
+- Values are fractions in [0, 1]; reports scale them to percent.
+- **Pairwise strict accuracy**: an item is correct iff score(preferred) > score(other). A tie is wrong;
+  `tie_rate` is the share of tied items.
+- **Listwise strict top-1 accuracy**: correct iff exactly one response has the highest predicted score and it
+  is gold-best (it has the list's lowest gold rank, normally 1). With several gold rank-1 responses the unique
+  predicted top may be any of them. A tied top is wrong; `top_tie_rate` is the share of lists with one. A
+  one-response list is correct.
+- **nDCG** over the full list (no cutoff): relevance `rel = K - rank` (gold rank 1 -> K-1, ..., rank K -> 0),
+  linear gain, discount `1 / log2(position + 1)` with position 1 at the top, divided by the DCG of the gold
+  order; the mean over lists. Tied predicted scores are treated as by scikit-learn's
+  `ndcg_score(ignore_ties=False)`: a tied group contributes its mean relevance times the sum of its positions'
+  discounts, the expected DCG over all orders of the tie (McSherry & Najork, ECIR 2008). A list whose
+  relevances are all 0 scores 0, as in scikit-learn. A one-response list scores 1.0 (scikit-learn refuses it;
+  one response is trivially in gold order, and top-1 counts it correct too).
+- **Failures are counted next to the metric, never dropped.** The plain metric functions take numbers only and
+  raise `ValueError` on None, NaN or empty input. The `*_result` functions take None (or NaN) for an unscored
+  item, count it in `n_failed` and score it wrong (accuracy 0, nDCG 0): every value is over all `n` items.
+- **CI**: percentile bootstrap of the mean over items (numpy only, a local generator seeded by `seed`).
+- **AVG@k**: mean, population standard deviation (ddof=0), min and max of the per-repeat values.
+- **JudgeBench** (both orders): each order's decision is +1 (picked the gold-preferred response), -1 (picked
+  the other) or 0 (tie, or None: unparsable); a pair is correct iff the sum is > 0; accuracy over all pairs.
+- **RM-Bench** 3x3 matrix: styles 0 concise, 1 detailed plain text, 2 detailed markdown; cell (i, j) is the
+  accuracy of chosen style i against rejected style j. Hard = mean of the upper-triangle cells (i < j: chosen
+  less formatted than rejected), Normal = mean of the diagonal, Easy = mean of the lower triangle, overall =
+  mean of the 9 cells. Regions average cells, as the upstream script does (equal to pooling pairs when every
+  prompt gives all 9 pairs). Across domains each of them is the plain mean over domains (leaderboard formula).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+
+def _floats(values: Sequence[float], what: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)  # None becomes NaN here, so one check catches both
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{what}: need a non-empty sequence of numbers")
+    if np.isnan(arr).any():
+        raise ValueError(f"{what}: None/NaN scores; count failures with the *_result functions instead")
+    return arr
+
+
+def _unscored(x: float | None) -> bool:
+    return x is None or bool(np.isnan(x))
+
+
+def _pair(preferred: Sequence[float], other: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    p, o = _floats(preferred, "preferred_scores"), _floats(other, "other_scores")
+    if p.shape != o.shape:
+        raise ValueError(f"preferred_scores has {p.size} items, other_scores {o.size}")
+    return p, o
+
+
+def strict_pairwise_accuracy(preferred_scores: Sequence[float], other_scores: Sequence[float]) -> float:
+    """Share of pairs with score(preferred) > score(other); a tie is wrong.
+
+    Raises:
+        ValueError: on empty input, unequal lengths, or a None/NaN score.
+    """
+    p, o = _pair(preferred_scores, other_scores)
+    return float(np.mean(p > o))
+
+
+def tie_rate(preferred: Sequence[float], other: Sequence[float]) -> float:
+    """Share of pairs whose two scores are equal."""
+    p, o = _pair(preferred, other)
+    return float(np.mean(p == o))
+
+
+def _check_lengths(scores: Sequence[Any], gold_ranks: Sequence[Any]) -> None:
+    if len(scores) != len(gold_ranks) or len(scores) == 0:
+        raise ValueError(
+            f"need equally many score and gold rank lists, >= 1 ({len(scores)}, {len(gold_ranks)})"
+        )
+
+
+def _lists(scores: Sequence[Sequence[float]], gold_ranks: Sequence[Sequence[int]]) -> list[tuple[Any, Any]]:
+    _check_lengths(scores, gold_ranks)
+    out = []
+    for i, (s, g) in enumerate(zip(scores, gold_ranks)):
+        s_arr, g_arr = _floats(s, f"scores[{i}]"), np.asarray(g, dtype=float)
+        if g_arr.shape != s_arr.shape:
+            raise ValueError(f"list {i}: {s_arr.size} scores but {g_arr.size} gold ranks")
+        if ((g_arr < 1) | (g_arr > g_arr.size) | (g_arr != np.round(g_arr))).any():
+            raise ValueError(f"list {i}: gold ranks must be integers in 1..{g_arr.size}, got {list(g)}")
+        out.append((s_arr, g_arr))
+    return out
+
+
+def _top1(s: np.ndarray, g: np.ndarray) -> bool:
+    top = np.flatnonzero(s == s.max())
+    return top.size == 1 and g[top[0]] == g.min()
+
+
+def _ndcg_one(s: np.ndarray, g: np.ndarray) -> float:
+    k = s.size
+    if k == 1:
+        return 1.0
+    rel = k - g
+    discount = 1.0 / np.log2(np.arange(2, k + 2))
+    ideal = float(np.sort(rel)[::-1] @ discount)
+    if ideal == 0.0:
+        return 0.0
+    # Groups of equal predicted score, best first; each gets its mean relevance times the discounts it spans.
+    _, group, counts = np.unique(-s, return_inverse=True, return_counts=True)
+    mean_rel = np.bincount(group.ravel(), weights=rel) / counts
+    group_discount = np.diff(np.cumsum(discount)[np.cumsum(counts) - 1], prepend=0.0)
+    return float(mean_rel @ group_discount) / ideal
+
+
+def strict_top1_accuracy(scores: Sequence[Sequence[float]], gold_ranks: Sequence[Sequence[int]]) -> float:
+    """Share of lists whose unique highest-scored response is gold-best (a tied top is wrong)."""
+    return float(np.mean([_top1(s, g) for s, g in _lists(scores, gold_ranks)]))
+
+
+def top_tie_rate(scores: Sequence[Sequence[float]]) -> float:
+    """Share of lists whose highest predicted score is shared by two or more responses."""
+    arrs = [_floats(s, f"scores[{i}]") for i, s in enumerate(scores)]
+    if not arrs:
+        raise ValueError("top_tie_rate: no lists")
+    return float(np.mean([np.count_nonzero(a == a.max()) > 1 for a in arrs]))
+
+
+def ndcg(scores: Sequence[Sequence[float]], gold_ranks: Sequence[Sequence[int]]) -> float:
+    """Mean tie-averaged nDCG over lists (conventions in the module docstring)."""
+    return float(np.mean([_ndcg_one(s, g) for s, g in _lists(scores, gold_ranks)]))
+
+
+def bootstrap_ci(
+    values: Sequence[float], *, n_resamples: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of per-item `values` (same seed, same interval)."""
+    arr = _floats(values, "values")
+    if n_resamples < 1 or not 0.0 < alpha < 1.0:
+        raise ValueError(f"need n_resamples >= 1 and 0 < alpha < 1, got {n_resamples}, {alpha}")
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_resamples)
+    step = max(1, (1 << 22) // arr.size)  # bounds the index matrix to ~4M entries per chunk
+    for start in range(0, n_resamples, step):
+        stop = min(start + step, n_resamples)
+        means[start:stop] = arr[rng.integers(0, arr.size, size=(stop - start, arr.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+def avg_at_k(per_repeat_values: Sequence[float]) -> tuple[float, float, float, float]:
+    """AVG@k over k repeats: (mean, population std, min, max)."""
+    arr = _floats(per_repeat_values, "per_repeat_values")
+    return float(arr.mean()), float(arr.std()), float(arr.min()), float(arr.max())
+
+
+@dataclass(frozen=True, slots=True)
+class MetricResult:
+    """One metric value with the counts and interval every reported number carries."""
+
+    name: str
+    """Metric name (`pairwise_acc`, `top1_acc`, `ndcg`, `judgebench_acc`, ...)."""
+    value: float
+    """The metric over all `n` items, failures included as wrong."""
+    n: int
+    """Items the value is over (scored and failed)."""
+    n_failed: int
+    """Items that could not be scored (counted wrong, not dropped)."""
+    tie_rate: float
+    """Share of the `n` items lost to a tie (pairwise: equal scores; listwise: a tied top)."""
+    ci_low: float
+    """Lower end of the bootstrap interval of `value`."""
+    ci_high: float
+    """Upper end of the bootstrap interval of `value`."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _result(name: str, per_item: np.ndarray, n_failed: int, ties: int, **ci: Any) -> MetricResult:
+    lo, hi = bootstrap_ci(per_item, **ci)
+    n = int(per_item.size)
+    return MetricResult(name, float(per_item.mean()), n, int(n_failed), float(ties) / n, lo, hi)
+
+
+def split_failed(
+    pairs: Sequence[tuple[float | None, float | None]],
+) -> tuple[list[float], list[float], int]:
+    """The fully scored pairs as aligned (preferred, other) lists, and how many pairs had an unscored side."""
+    ok = [(p, o) for p, o in pairs if not (_unscored(p) or _unscored(o))]
+    return [p for p, _ in ok], [o for _, o in ok], len(pairs) - len(ok)  # type: ignore[misc]
+
+
+def pairwise_result(
+    pairs: Sequence[tuple[float | None, float | None]],
+    *,
+    name: str = "pairwise_acc",
+    n_resamples: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> MetricResult:
+    """Strict pairwise accuracy over (preferred_score, other_score) pairs, None for an unscored side.
+
+    Failures are not dropped: a pair with a None/NaN score counts in `n_failed` and as wrong, so the accuracy
+    is over all `n` pairs and `n_failed` says how many were unscorable. `tie_rate` is tied pairs over all `n`.
+    """
+    if not pairs:
+        raise ValueError("pairwise_result: no pairs")
+    correct, tied = np.zeros(len(pairs)), 0
+    for i, (p, o) in enumerate(pairs):
+        if not (_unscored(p) or _unscored(o)):
+            correct[i] = p > o  # type: ignore[operator]
+            tied += p == o
+    n_failed = split_failed(pairs)[2]
+    return _result(name, correct, n_failed, tied, n_resamples=n_resamples, alpha=alpha, seed=seed)
+
+
+@dataclass(frozen=True, slots=True)
+class ListwiseResult:
+    """Strict top-1 accuracy and nDCG of one listwise run."""
+
+    acc: MetricResult
+    """Strict top-1 accuracy; `tie_rate` is the top-tie rate."""
+    ndcg: MetricResult
+    """Mean tie-averaged nDCG; `tie_rate` is the top-tie rate."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"acc": self.acc.to_json(), "ndcg": self.ndcg.to_json()}
+
+
+def listwise_result(
+    scores: Sequence[Sequence[float | None] | None],
+    gold_ranks: Sequence[Sequence[int]],
+    *,
+    n_resamples: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> ListwiseResult:
+    """Top-1 accuracy and nDCG over lists; a list that is None or holds any None/NaN score is unscorable.
+
+    Failures are not dropped: an unscorable list counts in `n_failed`, as wrong for accuracy and as 0 for
+    nDCG, so both values are over all `n` lists.
+    """
+    _check_lengths(scores, gold_ranks)
+    failed = [s is None or any(_unscored(x) for x in s) for s in scores]
+    ok = [i for i, f in enumerate(failed) if not f]
+    acc, gain, ties = np.zeros(len(scores)), np.zeros(len(scores)), 0
+    if ok:
+        scored = _lists([scores[i] for i in ok], [gold_ranks[i] for i in ok])  # type: ignore[misc]
+        for i, (s, g) in zip(ok, scored):
+            acc[i], gain[i] = _top1(s, g), _ndcg_one(s, g)
+            ties += np.count_nonzero(s == s.max()) > 1
+    ci = {"n_resamples": n_resamples, "alpha": alpha, "seed": seed}
+    return ListwiseResult(
+        _result("top1_acc", acc, sum(failed), ties, **ci), _result("ndcg", gain, sum(failed), ties, **ci)
+    )
+
+
+def judgebench_pair_correct(decisions: Iterable[int | None]) -> bool:
+    """JudgeBench's both-orders rule: per order +1 right, -1 wrong, 0 tie, None unparsable (adds 0).
+
+    Returns:
+        True iff the decisions sum to more than 0.
+    """
+    total = 0
+    for d in decisions:
+        if d not in (1, 0, -1, None) or isinstance(d, bool):
+            raise ValueError(f"a decision is +1, 0, -1 or None, got {d!r}")
+        total += d or 0
+    return total > 0
+
+
+def decisions_from_scores(order_scores: Iterable[tuple[float | None, float | None]]) -> list[int | None]:
+    """Per order, a score-based evaluator's (preferred_score, other_score) as a JudgeBench decision.
+
+    Each tuple is already mapped back to the gold frame (preferred first, whatever order they were shown in).
+    +1 if preferred scored higher, -1 if lower, 0 on a tie, None if either side is unscored.
+    """
+    return [
+        None if _unscored(p) or _unscored(o) else 1 if p > o else -1 if p < o else 0 for p, o in order_scores
+    ]
+
+
+def judgebench_result(
+    pair_decisions: Sequence[Sequence[int | None]],
+    *,
+    n_resamples: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> MetricResult:
+    """JudgeBench accuracy over pairs, each with its per-order decisions (see `judgebench_pair_correct`).
+
+    `n_failed` counts pairs with at least one unparsable (None) order; they stay in `n` and are scored by the
+    upstream rule (the unparsable order adds 0). `tie_rate` is pairs whose decisions sum to 0.
+    """
+    if not pair_decisions:
+        raise ValueError("judgebench_result: no pairs")
+    correct = np.array([judgebench_pair_correct(d) for d in pair_decisions], dtype=float)
+    ties = sum(sum(x or 0 for x in d) == 0 for d in pair_decisions)
+    n_failed = sum(any(x is None for x in d) for d in pair_decisions)
+    return _result("judgebench_acc", correct, n_failed, ties, n_resamples=n_resamples, alpha=alpha, seed=seed)
+
+
+def rm_bench_matrix(records: Iterable[tuple[int, int, bool | None]]) -> dict[str, Any]:
+    """RM-Bench's 3x3 style matrix from one domain's (chosen_style, rejected_style, correct) pair records.
+
+    `correct` None marks an unscorable pair: counted in `n_failed` and as wrong. Returns `hard`, `normal`,
+    `easy`, `overall`, `matrix` (3x3 list, rows = chosen style), `n` and `n_failed`.
+
+    Raises:
+        ValueError: on a style outside 0..2 or a cell with no pairs.
+    """
+    hits, counts, n_failed = np.zeros((3, 3)), np.zeros((3, 3)), 0
+    for c, r, ok in records:
+        if c not in (0, 1, 2) or r not in (0, 1, 2):
+            raise ValueError(f"RM-Bench styles are 0..2, got ({c!r}, {r!r})")
+        counts[c, r] += 1
+        n_failed += ok is None
+        hits[c, r] += bool(ok)
+    if (counts == 0).any():
+        empty = np.argwhere(counts == 0).tolist()
+        raise ValueError(f"RM-Bench cells with no pairs (chosen, rejected): {empty}")
+    m = hits / counts
+    return {
+        "hard": float(m[np.triu_indices(3, 1)].mean()),
+        "normal": float(np.diag(m).mean()),
+        "easy": float(m[np.tril_indices(3, -1)].mean()),
+        "overall": float(m.mean()),
+        "matrix": m.tolist(),
+        "n": int(counts.sum()),
+        "n_failed": n_failed,
+    }
+
+
+def rm_bench_domain_average(per_domain: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Leaderboard averages over domains: each of hard/normal/easy/overall is the plain mean over the domains.
+
+    Pass one `rm_bench_matrix` result per domain (Safety pooled from safety-refuse and safety-response first).
+    """
+    if not per_domain:
+        raise ValueError("rm_bench_domain_average: no domains")
+    keys = ("hard", "normal", "easy", "overall")
+    return {k: float(np.mean([d[k] for d in per_domain.values()])) for k in keys}
