@@ -34,8 +34,7 @@ DESIGN.md §4).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
@@ -43,6 +42,7 @@ from typing import Any, Literal
 from benchmarks import base
 from benchmarks.base import PairwiseItem
 from harness.errors import ConfigError
+from harness.jsonl import read_jsonl
 from harness.registry import register
 
 HUB_ID = "ScalerLab/JudgeBench"
@@ -93,18 +93,6 @@ def to_item(row: Mapping[str, Any], where: str) -> PairwiseItem:
     )
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-
-
 def _items(rows: Iterable[tuple[str, Any]], limit: int | None) -> list[PairwiseItem]:
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be >= 0, got {limit}")
@@ -137,7 +125,7 @@ class JudgeBench:
         if data_dir is not None:
             filename = FILES[self.split]
             path = base.data_folder(data_dir, FOLDER, required=[filename]) / filename
-            return _items(_read_jsonl(path), limit)
+            return _items(read_jsonl(path), limit)
         rows = base.load_hub(HUB_ID, split=self.split)
         return _items(((f"{HUB_ID}[{self.split}] row {i}", row) for i, row in enumerate(rows)), limit)
 

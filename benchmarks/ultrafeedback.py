@@ -25,7 +25,6 @@ the tie rate reported next to the accuracy counts them (`meta["identical_respons
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any, Literal
 from benchmarks import base
 from benchmarks.base import PairwiseItem, randomise_pair
 from harness.errors import ConfigError
+from harness.jsonl import read_jsonl
 from harness.registry import register
 
 HUB_ID = "HuggingFaceH4/ultrafeedback_binarized"
@@ -78,17 +78,8 @@ def to_item(row: Mapping[str, Any], index: int, where: str, *, seed: int) -> Pai
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, str, Any]]:
-    index = 0
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                yield index, where, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            index += 1
+    for index, (where, row) in enumerate(read_jsonl(path)):
+        yield index, where, row
 
 
 def _items(rows: Iterable[tuple[int, str, Any]], *, limit: int | None, seed: int) -> list[PairwiseItem]:

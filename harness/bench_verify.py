@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
-from harness.backends.base import Backend, BackendOptions, Completion, GenerateRequest, SamplingParams, user_chat
+from harness.backends.base import (
+    Backend,
+    BackendOptions,
+    Completion,
+    GenerateRequest,
+    SamplingParams,
+    user_chat,
+)
 from harness.errors import ConfigError
 
 MODES = ("per_item", "batched", "logprob")
@@ -101,7 +108,9 @@ async def run_bench_verify(
     backend = _Counting(load_backend(spec, options or BackendOptions()))
     try:
         await backend.probe()
-        await backend.generate([GenerateRequest(user_chat("Say yes."), SamplingParams(max_tokens=2))])  # warm-up
+        await backend.generate(
+            [GenerateRequest(user_chat("Say yes."), SamplingParams(max_tokens=2))]
+        )  # warm-up
         results, reference = [], None
         for mode in MODES:
             backend.reset()
@@ -113,8 +122,16 @@ async def run_bench_verify(
             agreement, compared = _agreement(found.verdicts, reference)
             failed = sum(v is None for row in found.verdicts for v in row)
             results.append(
-                ModeResult(mode, backend.calls, backend.prompt_tokens, backend.completion_tokens, wall, failed,
-                           agreement, compared)
+                ModeResult(
+                    mode,
+                    backend.calls,
+                    backend.prompt_tokens,
+                    backend.completion_tokens,
+                    wall,
+                    failed,
+                    agreement,
+                    compared,
+                )
             )
         return results
     finally:

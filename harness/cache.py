@@ -121,9 +121,13 @@ class CallCache:
         with self._lock:
             entries = self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
             counters = dict(self._conn.execute("SELECT name, value FROM counters"))
-            by_model = dict(self._conn.execute("SELECT model, COUNT(*) FROM calls GROUP BY model ORDER BY 2 DESC"))
+            by_model = dict(
+                self._conn.execute("SELECT model, COUNT(*) FROM calls GROUP BY model ORDER BY 2 DESC")
+            )
         size = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
-        return CacheStats(self.path, entries, size, counters.get("hits", 0), counters.get("misses", 0), by_model)
+        return CacheStats(
+            self.path, entries, size, counters.get("hits", 0), counters.get("misses", 0), by_model
+        )
 
     def clear(self, *, model: str | None = None) -> int:
         """Delete every entry (or those of one model label); returns how many were removed."""
@@ -214,7 +218,10 @@ class CachedBackend:
         for idx, ks in enumerate(keys):
             if all(k in found for k in ks):
                 results[idx] = _completion_from(
-                    [found[k] for k in ks], with_logprobs=requests[idx].params.logprobs > 0, cached=True, usage=Usage()
+                    [found[k] for k in ks],
+                    with_logprobs=requests[idx].params.logprobs > 0,
+                    cached=True,
+                    usage=Usage(),
                 )
             else:
                 todo.append(idx)

@@ -56,7 +56,9 @@ def _not_yet(verb: str) -> None:
 
 # ---------------------------------------------------------------------------------------------------- options
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model spec KIND:NAME or alias (harness list models).")]
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", help="Model spec KIND:NAME or alias (harness list models).")
+]
 BaseUrlOpt = Annotated[
     Optional[str], typer.Option("--base-url", help="OpenAI-compatible server URL (default $OPENAI_BASE_URL).")
 ]
@@ -64,14 +66,19 @@ ApiKeyEnvOpt = Annotated[
     str, typer.Option("--api-key-env", help="Environment variable that holds the API key (never stored).")
 ]
 ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Max requests in flight (openai).")]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", min=0.1, help="Per-request timeout in seconds (openai).")]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", min=0.1, help="Per-request timeout in seconds (openai).")
+]
 AttemptsOpt = Annotated[
-    int, typer.Option("--max-attempts", min=1, help="Attempts per request before recording a failure (openai).")
+    int,
+    typer.Option("--max-attempts", min=1, help="Attempts per request before recording a failure (openai)."),
 ]
 BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per forward pass (hf).")]
 TpOpt = Annotated[int, typer.Option("--tensor-parallel", min=1, help="vLLM tensor parallel size.")]
 DpOpt = Annotated[int, typer.Option("--data-parallel", min=1, help="vLLM data parallel size.")]
-NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Bypass the call cache (nothing read or written).")]
+NoCacheOpt = Annotated[
+    bool, typer.Option("--no-cache", help="Bypass the call cache (nothing read or written).")
+]
 
 
 def _backend_options(
@@ -98,9 +105,13 @@ def generate(
     prompts: Annotated[
         Optional[Path], typer.Option("--prompts", help="JSONL of {id, prompt | instruction | messages}.")
     ] = None,
-    benchmark: Annotated[Optional[str], typer.Option("--benchmark", help="A registered benchmark's prompts.")] = None,
+    benchmark: Annotated[
+        Optional[str], typer.Option("--benchmark", help="A registered benchmark's prompts.")
+    ] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Local benchmark files.")] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Use only the first N prompts.")] = None,
+    limit: Annotated[
+        Optional[int], typer.Option("--limit", min=1, help="Use only the first N prompts.")
+    ] = None,
     n: Annotated[int, typer.Option("--n", min=1, help="Samples per prompt.")] = 1,
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.0,
     top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)] = 1.0,
@@ -204,10 +215,14 @@ def eval_(
 
 @app.command()
 def score(
-    evaluator: Annotated[str, typer.Option("--evaluator", "-e", help="Evaluator spec (harness list evaluators).")],
+    evaluator: Annotated[
+        str, typer.Option("--evaluator", "-e", help="Evaluator spec (harness list evaluators).")
+    ],
     input: Annotated[Path, typer.Option("--input", "-i", help="JSONL of {id, prompt, responses: [...]}.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL, one line per set: scores + trace.")],
-    seed: Annotated[int, typer.Option("--seed", help="Run seed; per-set seeds derive from it and the id.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Run seed; per-set seeds derive from it and the id.")
+    ] = 0,
     parallel: Annotated[int, typer.Option("--parallel", min=1, help="Sets scored concurrently.")] = 8,
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
@@ -249,7 +264,9 @@ def score(
         try:
             judge = load_evaluator(evaluator, pool)
             with progress_bar(len(sets), "score") as advance:
-                return await run_score(judge, sets, out, seed=seed, parallel=parallel, pool=pool, on_progress=advance)
+                return await run_score(
+                    judge, sets, out, seed=seed, parallel=parallel, pool=pool, on_progress=advance
+                )
         finally:
             await pool.close()
 
@@ -379,7 +396,9 @@ def cache_stats() -> None:
 
 @cache_app.command("clear")
 def cache_clear(
-    model: Annotated[Optional[str], typer.Option("--model", help="Only entries of this KIND:MODEL label.")] = None,
+    model: Annotated[
+        Optional[str], typer.Option("--model", help="Only entries of this KIND:MODEL label.")
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
     """Delete cached calls (all, or one model's)."""
@@ -397,14 +416,18 @@ def cache_clear(
 
 @bench_app.command("api")
 def bench_api(
-    latency_ms: Annotated[float, typer.Option("--latency-ms", min=0.0, help="Server-side latency per request.")] = 100,
+    latency_ms: Annotated[
+        float, typer.Option("--latency-ms", min=0.0, help="Server-side latency per request.")
+    ] = 100,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 32,
     requests: Annotated[int, typer.Option("--requests", min=1)] = 256,
 ) -> None:
     """Client throughput against a loopback OpenAI-compatible server: achieved/ideal."""
     from harness.bench_api import format_bench_api, run_bench_api
 
-    typer.echo(format_bench_api(run_bench_api(latency_ms=latency_ms, concurrency=concurrency, requests=requests)))
+    typer.echo(
+        format_bench_api(run_bench_api(latency_ms=latency_ms, concurrency=concurrency, requests=requests))
+    )
 
 
 @bench_app.command("verify")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backends.base import Message
 from harness.errors import ConfigError
+from harness.jsonl import read_jsonl
 
 _ROLES = {"system", "user", "assistant"}
 
@@ -30,8 +30,14 @@ def _messages_from(obj: dict, where: str) -> tuple[Message, ...]:
             raise ConfigError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
         out = []
         for i, m in enumerate(msgs):
-            if not isinstance(m, dict) or m.get("role") not in _ROLES or not isinstance(m.get("content"), str):
-                raise ConfigError(f"{where}: messages[{i}] must be {{'role': system|user|assistant, 'content': str}}")
+            if (
+                not isinstance(m, dict)
+                or m.get("role") not in _ROLES
+                or not isinstance(m.get("content"), str)
+            ):
+                raise ConfigError(
+                    f"{where}: messages[{i}] must be {{'role': system|user|assistant, 'content': str}}"
+                )
             out.append(Message(m["role"], m["content"]))
         return tuple(out)
     for field in ("prompt", "instruction"):
@@ -42,7 +48,9 @@ def _messages_from(obj: dict, where: str) -> tuple[Message, ...]:
             system = obj.get("system")
             head = (Message("system", system),) if isinstance(system, str) and system else ()
             return head + (Message("user", text),)
-    raise ConfigError(f"{where}: expected a 'prompt', 'instruction' or 'messages' field, got keys {sorted(obj)}")
+    raise ConfigError(
+        f"{where}: expected a 'prompt', 'instruction' or 'messages' field, got keys {sorted(obj)}"
+    )
 
 
 def iter_jsonl_records(path: Path, *, what: str) -> Iterator[tuple[str, str, dict]]:
@@ -57,24 +65,16 @@ def iter_jsonl_records(path: Path, *, what: str) -> Iterator[tuple[str, str, dic
     if not path.is_file():
         raise ConfigError(f"{what} file not found: {path}")
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise ConfigError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            if "id" not in obj or not isinstance(obj["id"], (str, int)) or isinstance(obj["id"], bool):
-                raise ConfigError(f"{where}: missing or non-scalar 'id' (a string or integer is required)")
-            rid = str(obj["id"])
-            if rid in seen:
-                raise ConfigError(f"{where}: duplicate id {rid!r}")
-            seen.add(rid)
-            yield where, rid, obj
+    for where, obj in read_jsonl(path):
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        if "id" not in obj or not isinstance(obj["id"], (str, int)) or isinstance(obj["id"], bool):
+            raise ConfigError(f"{where}: missing or non-scalar 'id' (a string or integer is required)")
+        rid = str(obj["id"])
+        if rid in seen:
+            raise ConfigError(f"{where}: duplicate id {rid!r}")
+        seen.add(rid)
+        yield where, rid, obj
     if not seen:
         raise ConfigError(f"{path}: no records in file")
 
@@ -85,7 +85,10 @@ def read_prompts_file(path: Path) -> list[PromptRecord]:
     Raises:
         ConfigError: naming the file and line of the first malformed or duplicate record.
     """
-    return [PromptRecord(rid, _messages_from(obj, where)) for where, rid, obj in iter_jsonl_records(path, what="prompts")]
+    return [
+        PromptRecord(rid, _messages_from(obj, where))
+        for where, rid, obj in iter_jsonl_records(path, what="prompts")
+    ]
 
 
 def benchmark_prompts(name: str, *, data_dir: Path | None, limit: int | None) -> list[PromptRecord]:

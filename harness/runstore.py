@@ -46,7 +46,11 @@ def git_commit() -> dict[str, Any] | None:
     src = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(
-            ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+            ["git", "-C", str(src), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
@@ -128,7 +132,9 @@ class RecordLog:
         try:
             return tuple(record[f] for f in self.key_fields)
         except KeyError as exc:
-            raise ConfigError(f"{self.path}: record lacks key field {exc.args[0]!r}: {record!r:.200}") from exc
+            raise ConfigError(
+                f"{self.path}: record lacks key field {exc.args[0]!r}: {record!r:.200}"
+            ) from exc
 
     def _load(self) -> None:
         if not self.path.exists():

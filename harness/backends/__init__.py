@@ -11,6 +11,11 @@ importing this package stays cheap.
 
 from __future__ import annotations
 
+# Registration side effects: each module calls `register("backend", ...)` / `register("model", ...)`.
+from harness.backends import hf as _hf  # noqa: E402,F401
+from harness.backends import models as _models  # noqa: E402,F401
+from harness.backends import openai_backend as _openai  # noqa: E402,F401
+from harness.backends import vllm_backend as _vllm  # noqa: E402,F401
 from harness.backends.base import (
     Backend,
     BackendOptions,
@@ -24,12 +29,6 @@ from harness.backends.base import (
 )
 from harness.errors import ConfigError
 from harness.registry import lookup, names
-
-# Registration side effects: each module calls `register("backend", ...)` / `register("model", ...)`.
-from harness.backends import hf as _hf  # noqa: E402,F401
-from harness.backends import models as _models  # noqa: E402,F401
-from harness.backends import openai_backend as _openai  # noqa: E402,F401
-from harness.backends import vllm_backend as _vllm  # noqa: E402,F401
 
 __all__ = [
     "Backend",

@@ -3,7 +3,6 @@ import math
 import multiprocessing as mp
 from pathlib import Path
 
-import pytest
 from fakes import ScriptedBackend
 
 from harness.backends.base import GenerateRequest, LogprobRequest, SamplingParams, user_chat

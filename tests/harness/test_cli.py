@@ -1,6 +1,5 @@
 """The CLI as a user meets it: instant help, honest stubs, one-line errors for bad input."""
 
-import json
 import os
 import socket
 import subprocess

@@ -16,7 +16,11 @@ from harness.loopback import openai_handler, serve_in_thread
 
 def harness(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
     )
 
 
@@ -33,12 +37,32 @@ def test_faulty_server_run_records_every_failure_and_leaks_no_key(tmp_path: Path
     rids = [f"req-{i}" for i in range(60)] + list(ALWAYS)
     prompts = _write_prompts(tmp_path / "prompts.jsonl", rids)
     out = tmp_path / "run" / "gen.jsonl"
-    env = {KEY_ENV: KEY, "HARNESS_CACHE_DIR": str(tmp_path / "cache"), "HARNESS_CALL_CACHE": str(tmp_path / "cache" / "calls.sqlite")}
+    env = {
+        KEY_ENV: KEY,
+        "HARNESS_CACHE_DIR": str(tmp_path / "cache"),
+        "HARNESS_CALL_CACHE": str(tmp_path / "cache" / "calls.sqlite"),
+    }
     server = FaultyServer()
     with serve_in_thread(server) as url:
-        args = ["generate", "--model", "openai:test-model", "--base-url", url, "--api-key-env", KEY_ENV,
-                "--prompts", str(prompts), "--out", str(out), "--timeout", "0.5", "--max-attempts", "4",
-                "--concurrency", "16"]
+        args = [
+            "generate",
+            "--model",
+            "openai:test-model",
+            "--base-url",
+            url,
+            "--api-key-env",
+            KEY_ENV,
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(out),
+            "--timeout",
+            "0.5",
+            "--max-attempts",
+            "4",
+            "--concurrency",
+            "16",
+        ]
         first = harness("--debug", *args, env=env)
         assert sum(server.faults.values()) >= 0.2 * sum(server.attempts.values())
         second = harness(*args, env=env)
@@ -78,8 +102,19 @@ def test_second_identical_run_makes_zero_backend_calls(tmp_path: Path):
     prompts = _write_prompts(tmp_path / "prompts.jsonl", [f"p{i}" for i in range(20)])
     env = {"HARNESS_CALL_CACHE": str(tmp_path / "calls.sqlite")}
     with serve_in_thread(openai_handler(text="hello")) as url:
-        common = ["generate", "--model", "openai:loopback", "--base-url", url, "--prompts", str(prompts), "--n", "2",
-                  "--temperature", "0.8"]
+        common = [
+            "generate",
+            "--model",
+            "openai:loopback",
+            "--base-url",
+            url,
+            "--prompts",
+            str(prompts),
+            "--n",
+            "2",
+            "--temperature",
+            "0.8",
+        ]
         first = harness(*common, "--out", str(tmp_path / "a.jsonl"), env=env)
         second = harness(*common, "--out", str(tmp_path / "b.jsonl"), env=env)
     assert first.returncode == 0, first.stderr

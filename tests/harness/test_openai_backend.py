@@ -7,13 +7,13 @@ the internet. Timeouts and backoffs are shrunk so the whole module runs in a few
 from __future__ import annotations
 
 import asyncio
-import collections
 import math
 import socket
 import time
 from email.utils import formatdate
 
 import pytest
+from faults import ALWAYS, FAULT_KINDS, KEY, KEY_ENV, FaultyServer
 
 from harness.backends.base import (
     BackendOptions,
@@ -34,17 +34,13 @@ from harness.backends.openai_backend import (
 from harness.bench_api import format_bench_api, run_bench_api
 from harness.errors import BackendUnavailableError, FailureCategory
 from harness.loopback import (
-    DROP,
     HttpRequest,
-    HttpResponse,
     chat_completion,
     json_response,
     openai_handler,
     serve_in_thread,
 )
 from harness.registry import lookup
-from faults import ALWAYS, FAULT_KINDS, KEY, KEY_ENV, FaultyServer, last_user_text
-
 
 
 @pytest.fixture(autouse=True)

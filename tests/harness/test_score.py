@@ -45,7 +45,12 @@ def test_scores_resume_and_retry_incomplete(tmp_path: Path):
     assert lines["a"]["scores"] == [1.0, 2.0] and lines["a"]["evaluator"] == "length-judge"
     assert lines["b"]["scores"] == [None, 1.0] and lines["b"]["n_unscored"] == 1
     assert lines["b"]["trace"]["failures"][0] == {
-        "stage": "verify", "response": 0, "item": None, "category": "parse", "message": "no verdict", "attempts": 1
+        "stage": "verify",
+        "response": 0,
+        "item": None,
+        "category": "parse",
+        "message": "no verdict",
+        "attempts": 1,
     }
     seeds = dict((p, s) for p, s in judge.seen)
     assert seeds["p"] != seeds["q"]  # derived per set id
@@ -59,10 +64,16 @@ def test_scores_resume_and_retry_incomplete(tmp_path: Path):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('{"id": 1, "prompt": "p", "responses": ["a"]}\n{"id": 2, "prompt": "p"}\n', r"in.jsonl:2: 'responses' must be"),
+        (
+            '{"id": 1, "prompt": "p", "responses": ["a"]}\n{"id": 2, "prompt": "p"}\n',
+            r"in.jsonl:2: 'responses' must be",
+        ),
         ('{"id": 1, "prompt": "p", "responses": []}\n', r"in.jsonl:1: 'responses' must be a non-empty list"),
         ('{"id": 1, "prompt": "", "responses": ["a"]}\n', r"'prompt' must be a non-empty string"),
-        ('{"id": 1, "prompt": "p", "responses": ["a"]}\n{"id": 1, "prompt": "p", "responses": ["a"]}\n', "duplicate id"),
+        (
+            '{"id": 1, "prompt": "p", "responses": ["a"]}\n{"id": 1, "prompt": "p", "responses": ["a"]}\n',
+            "duplicate id",
+        ),
         ("{oops\n", r"in.jsonl:1: invalid JSON"),
     ],
 )
@@ -86,11 +97,28 @@ def test_score_cli_end_to_end_with_a_pairwise_judge(tmp_path: Path):
     out = tmp_path / "scores.jsonl"
     env = {**os.environ, "HARNESS_CALL_CACHE": str(tmp_path / "calls.sqlite")}
     with serve_in_thread(openai_handler(text="Both fine. [[A]]")) as url:
-        args = [sys.executable, "-m", "harness", "score", "--evaluator", "pairwise-judge:model=openai:judge",
-                "--base-url", url, "--input", str(sets), "--out", str(out)]
+        args = [
+            sys.executable,
+            "-m",
+            "harness",
+            "score",
+            "--evaluator",
+            "pairwise-judge:model=openai:judge",
+            "--base-url",
+            url,
+            "--input",
+            str(sets),
+            "--out",
+            str(out),
+        ]
         first = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
-        again = subprocess.run(args + ["--out", str(tmp_path / "again.jsonl")], capture_output=True, text=True,
-                               timeout=120, env=env)
+        again = subprocess.run(
+            args + ["--out", str(tmp_path / "again.jsonl")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
     assert first.returncode == 0, first.stderr
     assert "1 fully scored" in first.stdout and "backend calls: 2" in first.stdout
     [line] = _lines(out)
