@@ -348,8 +348,15 @@ def list_tables() -> None:
 
 @list_app.command("benchmarks")
 def list_benchmarks() -> None:
-    """Registered benchmarks."""
-    _list_kind("benchmark")
+    """Registered benchmarks, their kind and source."""
+    from benchmarks import register_all
+    from harness.registry import lookup, names
+
+    register_all()
+    for name in names("benchmark"):
+        bench = lookup("benchmark", name)
+        doc = (type(bench).__doc__ or "").strip().splitlines()
+        typer.echo(f"{name:<18} {bench.kind:<9} {doc[0] if doc else ''}")
 
 
 @list_app.command("evaluators")

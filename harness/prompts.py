@@ -93,9 +93,16 @@ def read_prompts_file(path: Path) -> list[PromptRecord]:
 
 def benchmark_prompts(name: str, *, data_dir: Path | None, limit: int | None) -> list[PromptRecord]:
     """The prompts of a registered benchmark (its policy-evaluation inputs)."""
+    from benchmarks import register_all
     from harness.registry import lookup
 
+    register_all()
     benchmark = lookup("benchmark", name)
+    if not hasattr(benchmark, "prompts"):
+        raise ConfigError(
+            f"benchmark {name!r} is a {benchmark.kind} evaluator benchmark; --benchmark takes a policy benchmark's"
+            " prompts (or pass --prompts FILE)"
+        )
     items: Iterator[PromptRecord] = iter(benchmark.prompts(data_dir=data_dir))
     out = []
     for record in items:
