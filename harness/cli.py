@@ -198,19 +198,99 @@ def _show_generations(out: Path, limit: int) -> None:
 @app.command()
 def run(
     table: Annotated[str, typer.Argument(help="Table to reproduce (harness list tables).")],
-    preset: Annotated[str, typer.Option("--preset", help="paper | cpu")] = "paper",
+    preset: Annotated[Optional[str], typer.Option("--preset", help="paper (default) | cpu (smollm2-135m everywhere).")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="YAML settings; unknown keys are errors.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="First N items per benchmark.")] = None,
+    seeds: Annotated[Optional[int], typer.Option("--seeds", min=1, help="Repeats per item, AVG@k (default 5).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Upstream benchmark files (else the Hub).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (rerun into it to resume).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Run seed.")] = None,
+    parallel: Annotated[Optional[int], typer.Option("--parallel", min=1, help="Sets scored concurrently.")] = None,
+    no_cache: NoCacheOpt = False,
 ) -> None:
-    """Reproduce a paper table: rows (evaluators) x columns (benchmarks) into a run directory."""
-    _not_yet("run")
+    """Reproduce a paper table: rows (evaluators) x columns (benchmarks) into a run directory.
+
+    Writes records.jsonl, results.json, table.md, table.tex and table.csv (with the paper's numbers) and resumes
+    when rerun into the same --out.
+    """
+    from harness.config import load_run_config
+    from reports.tables import get_table
+
+    cfg = load_run_config(
+        config,
+        {"table": table, "preset": preset, "limit": limit, "seeds": seeds, "data_dir": data_dir, "out": out,
+         "seed": seed, "parallel": parallel},
+    )
+    spec = get_table(table)
+    rows = {r.label: cfg.rows.get(r.label, r.spec(cfg.preset)) for r in spec.rows}
+    unknown = sorted(set(cfg.rows) - set(rows))
+    if unknown:
+        from harness.errors import ConfigError
+
+        raise ConfigError(f"config rows name unknown row(s) {unknown}; valid: {list(rows)}")
+    if cfg.only_rows:
+        rows = {k: v for k, v in rows.items() if k in cfg.only_rows}
+    benches = tuple(cfg.benchmarks or spec.benchmarks)
+    out_dir = cfg.out or Path("runs") / f"{table}-{cfg.preset}"
+    _run_and_report(cfg, rows, benches, out_dir, no_cache=no_cache)
+
+
+def _run_and_report(cfg, rows: dict[str, str], benches: tuple[str, ...], out_dir: Path, *, no_cache: bool) -> None:
+    import asyncio
+    import time
+
+    from harness.backends import BackendOptions
+    from harness.cache import CallCache
+    from harness.pool import BackendPool
+    from harness.progress import progress_bar
+    from harness.runner import KEY_FIELDS, RunPlan, run_plan
+    from harness.runstore import RunDir
+    from reports.report import write_reports
+
+    plan = RunPlan(rows=rows, benchmarks=benches, seeds=cfg.seeds, seed=cfg.seed, limit=cfg.limit,
+                   data_dir=cfg.data_dir, parallel=cfg.parallel)
+    pool = BackendPool(options=BackendOptions(**cfg.backend), cache=None if no_cache else CallCache())
+    run_dir = RunDir(out_dir, key_fields=KEY_FIELDS)
+    started = time.perf_counter()
+
+    async def main():
+        try:
+            with progress_bar(None, "run") as bar:
+                return await run_plan(plan, run_dir, pool, config=cfg.model_dump(mode="json"),
+                                      on_total=bar.set_total, on_progress=bar.advance)
+        finally:
+            await pool.close()
+
+    outcome = asyncio.run(main())
+    write_reports(out_dir)
+    typer.echo((out_dir / "table.md").read_text())
+    typer.echo(
+        f"{out_dir}: {outcome.scored} sets scored ({outcome.incomplete} with unscored responses), "
+        f"{outcome.skipped} already done; backend calls: {pool.calls}, cache hits: {pool.hits}; "
+        f"{time.perf_counter() - started:.1f} s"
+    )
+    for what, why in outcome.unavailable.items():
+        typer.echo(f"{what} unavailable: {why}", err=True)
 
 
 @app.command("eval")
 def eval_(
-    evaluator: Annotated[str, typer.Option("--evaluator")] = "",
-    benchmark: Annotated[str, typer.Option("--benchmark")] = "",
+    evaluator: Annotated[str, typer.Option("--evaluator", "-e", help="Evaluator spec (harness list evaluators).")],
+    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="Benchmark (harness list benchmarks).")],
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1)] = None,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Repeats per item (AVG@k).")] = 1,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (default runs/eval-BENCHMARK).")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    parallel: Annotated[int, typer.Option("--parallel", min=1)] = 8,
+    no_cache: NoCacheOpt = False,
 ) -> None:
-    """Run one evaluator on one benchmark (one table cell)."""
-    _not_yet("eval")
+    """Run one evaluator on one benchmark (one table cell) and print its metrics."""
+    from harness.config import RunConfig
+
+    cfg = RunConfig(limit=limit, seeds=seeds, data_dir=data_dir, seed=seed, parallel=parallel)
+    _run_and_report(cfg, {evaluator: evaluator}, (benchmark,), out or Path("runs") / f"eval-{benchmark}",
+                    no_cache=no_cache)
 
 
 @app.command()
@@ -284,8 +364,11 @@ def score(
 
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
-    """Re-render a run's tables from its records (no model calls)."""
-    _not_yet("report")
+    """Re-render a run's results.json and tables from its records (no model calls; works on partial runs)."""
+    from reports.report import write_reports
+
+    write_reports(run_dir)
+    typer.echo((run_dir / "table.md").read_text())
 
 
 @app.command()
@@ -372,6 +455,7 @@ def list_evaluators() -> None:
 
 
 def _list_kind(kind: str) -> None:
+    import reports.tables  # noqa: F401  (registers the tables)
     from harness.registry import names
 
     found = names(kind)

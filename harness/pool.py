@@ -13,6 +13,8 @@ class BackendPool:
         self.options = options or BackendOptions()
         self.cache = cache
         self._backends: dict[str, CachedBackend] = {}
+        self._closed_calls = 0
+        self._closed_hits = 0
 
     def get(self, spec: str) -> CachedBackend:
         """The cached backend for `spec`, built on first use."""
@@ -25,14 +27,15 @@ class BackendPool:
     @property
     def calls(self) -> int:
         """Requests sent to backends so far (cache misses)."""
-        return sum(b.calls for b in self._backends.values())
+        return self._closed_calls + sum(b.calls for b in self._backends.values())
 
     @property
     def hits(self) -> int:
         """Requests answered by the call cache so far."""
-        return sum(b.hits for b in self._backends.values())
+        return self._closed_hits + sum(b.hits for b in self._backends.values())
 
     async def close(self) -> None:
         for backend in self._backends.values():
             await backend.close()
+        self._closed_calls, self._closed_hits = self.calls, self.hits  # the counts outlive the backends
         self._backends.clear()

@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+class _Bar:
+    """`advance(k)` moves the bar; `set_total(n)` sets its length once the work is known."""
+
+    def __init__(self, progress=None, task=None) -> None:
+        self._progress, self._task = progress, task
+
+    def __call__(self, k: int) -> None:
+        self.advance(k)
+
+    def advance(self, k: int) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task, k)
+
+    def set_total(self, n: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, total=n)
+
+
 @contextmanager
-def progress_bar(total: int, label: str) -> Iterator[Callable[[int], None]]:
-    """Yield `advance(k)`; renders with rich on a terminal, prints nothing otherwise."""
+def progress_bar(total: int | None, label: str) -> Iterator[_Bar]:
+    """Yield a bar; renders with rich on a terminal, prints nothing otherwise."""
     if not sys.stderr.isatty():
-        yield lambda k: None
+        yield _Bar()
         return
     from rich.console import Console
     from rich.progress import (
@@ -23,14 +41,7 @@ def progress_bar(total: int, label: str) -> Iterator[Callable[[int], None]]:
         TimeRemainingColumn,
     )
 
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-    )
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task(label, total=total)
-        yield lambda k: progress.advance(task, k)
+        yield _Bar(progress, progress.add_task(label, total=total))

@@ -324,6 +324,9 @@ class HFBackend:
         self._identity = ident
         self._candidate_cache: dict[str, list[int]] = {}
         self._token_texts: dict[int, str] = {}
+        # Requests from concurrent `generate` calls (several sets scored at once) are merged into shared batches.
+        self._pending: list[tuple[list[GenerateRequest], asyncio.Future]] = []
+        self._drainer: asyncio.Task | None = None
 
     # --------------------------------------------------------------------------------------------------------
     # Loading
@@ -401,7 +404,36 @@ class HFBackend:
         """
         if not requests:
             return []
-        return await asyncio.to_thread(self._locked, self._generate_sync, list(requests))
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((list(requests), future))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        """Run pending requests together: what arrives while a batch runs joins the next one.
+
+        Rows carry their own seeds, stops and budgets (see the module docstring), so merging calls changes no
+        sampled output; greedy float32 outputs were measured batch-invariant on CPU.
+        """
+        while self._pending:
+            await asyncio.sleep(0)  # let callers that are starting right now join this round
+            calls, self._pending = self._pending, []
+            merged = [r for reqs, _ in calls for r in reqs]
+            try:
+                results = await asyncio.to_thread(self._locked, self._generate_sync, merged)
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
+                for _, future in calls:
+                    if not future.done():
+                        future.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            start = 0
+            for reqs, future in calls:
+                if not future.done():
+                    future.set_result(results[start : start + len(reqs)])
+                start += len(reqs)
 
     async def next_token_logprobs(
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]

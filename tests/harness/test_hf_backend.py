@@ -686,3 +686,25 @@ def test_vllm_backend_without_cuda_refuses(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(BackendUnavailableError, match="CUDA"):
         load_backend(f"vllm:{tiny_dir}")
+
+
+def test_concurrent_calls_share_batches_and_keep_their_results(backend, monkeypatch) -> None:
+    import asyncio
+
+    batches = []
+    real = backend._generate_sync
+
+    def spy(requests):
+        batches.append(len(requests))
+        return real(requests)
+
+    monkeypatch.setattr(backend, "_generate_sync", spy)
+    calls = [[req(f"set {i} item {j}", max_tokens=4) for j in range(2)] for i in range(4)]
+
+    async def go():
+        return await asyncio.gather(*(backend.generate(c) for c in calls))
+
+    together = asyncio.run(go())
+    assert sum(batches) == 8 and len(batches) < 4  # merged, not one batch per call
+    alone = [gen(backend, c) for c in calls]
+    assert [[x.texts for x in r] for r in together] == [[x.texts for x in r] for r in alone]

@@ -1,0 +1,153 @@
+"""`harness run` / `eval` / `report` end to end: resume after SIGKILL, reports without model calls, config checks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.loopback import chat_completion, json_response, serve_in_thread
+
+ROW = "Qwen3-8B zero-shot"
+
+
+class CountingJudge:
+    """A pairwise judge server: a deterministic verdict from the request, a little latency, a request log."""
+
+    def __init__(self, latency_s: float = 0.02) -> None:
+        self.latency_s = latency_s
+        self.requests: list[str] = []
+        self._lock = threading.Lock()
+
+    async def __call__(self, request):
+        import asyncio
+
+        if request.path.endswith("/models"):
+            return json_response({"object": "list", "data": []})
+        body = request.json()
+        text = body["messages"][-1]["content"]
+        with self._lock:
+            self.requests.append(text)
+        await asyncio.sleep(self.latency_s)
+        verdict = "[[A]]" if hashlib.sha256(text.encode()).digest()[0] % 3 else "[[B]]"
+        return json_response(chat_completion([f"Verdict: {verdict}"]))
+
+
+def _config(tmp_path: Path, url: str) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        f"only_rows: ['{ROW}']\n"
+        f"rows: {{'{ROW}': 'pairwise-judge:model=openai:judge'}}\n"
+        "benchmarks: [ultrafeedback]\n"
+        f"backend: {{base_url: '{url}', concurrency: 4}}\n"
+    )
+    return path
+
+
+def _args(config: Path, out: Path, data: Path) -> list[str]:
+    return [sys.executable, "-m", "harness", "run", "table1", "--config", str(config), "--limit", "60", "--seeds",
+            "1", "--parallel", "2", "--data-dir", str(data), "--out", str(out)]
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path: Path, shared_data: Path):
+    judge = CountingJudge()
+    with serve_in_thread(judge) as url:
+        config = _config(tmp_path, url)
+        env = {**os.environ, "HARNESS_CALL_CACHE": str(tmp_path / "calls.sqlite")}
+        out = tmp_path / "killed"
+        proc = subprocess.Popen(_args(config, out, shared_data), env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            path = out / "records.jsonl"
+            if path.exists() and path.read_text().count("\n") >= 15:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        finished = len(_records(out))
+        assert 15 <= finished < 60, "the kill must land mid-run"
+
+        before = len(judge.requests)
+        resumed = subprocess.run(_args(config, out, shared_data), env=env, capture_output=True, text=True,
+                                 timeout=300)
+        assert resumed.returncode == 0, resumed.stderr
+        # Finished records are not scored again: at most the two games of each unfinished set reach the server.
+        assert len(judge.requests) - before <= 2 * (60 - finished)
+        assert f"{finished} already done" in resumed.stdout
+
+        fresh_env = {**os.environ, "HARNESS_CALL_CACHE": str(tmp_path / "fresh.sqlite")}
+        whole = tmp_path / "whole"
+        uninterrupted = subprocess.run(_args(config, whole, shared_data), env=fresh_env, capture_output=True,
+                                       text=True, timeout=300)
+        assert uninterrupted.returncode == 0, uninterrupted.stderr
+
+    records = _records(out)
+    keys = [(r["evaluator"], r["benchmark"], r["item"], r["repeat"]) for r in records]
+    assert len(keys) == len(set(keys)) == 60  # nothing duplicated, nothing lost
+    by_key = {(r["item"], r["repeat"]): r["scores"] for r in records}
+    assert by_key == {(r["item"], r["repeat"]): r["scores"] for r in _records(whole)}
+    ours = json.loads((out / "results.json").read_text())["results"]
+    assert ours == json.loads((whole / "results.json").read_text())["results"]
+    assert ours[ROW]["benchmarks"]["ultrafeedback"]["acc"]["n"] == 60
+
+    # A second identical run makes no model calls and reports from the records alone.
+    with serve_in_thread(CountingJudge()) as url:
+        again = subprocess.run(_args(_config(tmp_path, url), out, shared_data), env=env, capture_output=True,
+                               text=True, timeout=300)
+    assert "0 sets scored" in again.stdout and "backend calls: 0" in again.stdout
+
+
+def test_report_rerenders_without_models(tmp_path: Path):
+    from harness.runstore import RunDir
+    from harness.runner import KEY_FIELDS
+    from reports.report import write_reports
+
+    run = RunDir(tmp_path / "run", key_fields=KEY_FIELDS)
+    run.manifest.start(command="run", config={"table": "table1", "preset": "cpu", "seeds": 1},
+                       extra={"rows": {ROW: "x:y", "DR-Generator-8B": "x:z"}})
+    recs = []
+    for i, (a, b) in enumerate([(0.9, 0.1), (0.2, 0.8), (0.5, 0.5), (None, 0.3)]):
+        for spec, flip in (("x:y", False), ("x:z", True)):
+            scores = [b, a] if flip and a is not None else [a, b]
+            recs.append({"evaluator": spec, "benchmark": "judgebench", "item": f"i{i}", "repeat": 0, "seed": 0,
+                         "kind": "pairwise", "meta": {}, "preferred": 0, "scores": scores,
+                         "n_unscored": int(None in scores), "trace": {"failures": []}})
+    run.records.append(recs)
+    run.records.close()
+    run.manifest.finish()
+    payload = write_reports(run.path)
+    cell = payload["results"][ROW]["benchmarks"]["judgebench"]["acc"]
+    assert (cell["value"], cell["n"], cell["n_failed"], cell["tie_rate"]) == (0.25, 4, 1, 0.25)
+    md = (run.path / "table.md").read_text()
+    assert f"| {ROW} | **<u>25.0</u>** |" in md  # the best row, and the best dynamic-rubric row
+    assert "| *paper* | 36.4 |" in md  # the paper's number beside ours
+    tex = (run.path / "table.tex").read_text()
+    assert r"\toprule" in tex and r"\textbf{\underline{25.0}}" in tex
+    csv = (run.path / "table.csv").read_text().splitlines()
+    assert csv[0].startswith("row,evaluator,benchmark,metric,value") and len(csv) == 1 + 2 * 8
+
+
+def test_config_rejects_unknown_keys_and_rows(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seeds: 2\nsurprise: 1\n")
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "table1", "--config", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "bad.yaml: surprise: Extra inputs are not permitted" in proc.stderr
+    bad.write_text("rows: {'No such row': 'x'}\n")
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "table1", "--config", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "unknown row(s) ['No such row']" in proc.stderr
