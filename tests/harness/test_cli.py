@@ -42,9 +42,6 @@ def test_help_imports_no_heavy_library():
 @pytest.mark.parametrize(
     "args",
     [
-        ["run", "table1"],
-        ["eval", "--evaluator", "x", "--benchmark", "y"],
-        ["report", "runs/x"],
         ["compare", "a", "b"],
         ["train", "generator"],
     ],
@@ -134,3 +131,9 @@ def test_doctor_reports_environment():
     proc = harness("doctor")
     for name in ("python", "torch", "cuda", "vllm", "cache dir", "model smollm2-135m"):
         assert name in proc.stdout, proc.stdout
+
+
+def test_report_on_a_folder_that_is_not_a_run(tmp_path: Path):
+    proc = harness("report", str(tmp_path))
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == f"error: {tmp_path}: not a run directory (no manifest.json)"
