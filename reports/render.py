@@ -77,6 +77,16 @@ def render_markdown(spec: TableSpec, results: Mapping[str, Any], notes: list[str
             cells.append(f"**{text}**" if "best" in mark.split() else text)
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
         lines.append(f"| *paper* | " + " | ".join(_paper_cells(spec, row.paper)) + " |")
+    lines += ["", "Counts per cell: n items (of which failed to score) and tie rate, summed over repeats.", ""]
+    lines += ["| Evaluator | " + " | ".join(head[1:]) + " |", "|" + "---|" * len(head)]
+    for row in spec.rows:
+        cells = []
+        for col in spec.columns:
+            cell = results.get(row.label, {}).get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
+            cells.append(
+                f"{cell['n'] * cell['repeats']} ({cell['n_failed']} failed), ties {cell['tie_rate']:.0%}" if cell else "-"
+            )
+        lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
     lines += ["", CONVENTIONS, ""]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"
