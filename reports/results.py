@@ -96,7 +96,9 @@ def compute_results(records: Iterable[dict], rows: Mapping[str, str]) -> dict[st
             if ev != spec:
                 continue
             size = max(len(v) for v in repeats.values())
-            complete = {k: v for k, v in sorted(repeats.items()) if len(v) == size}
+            # Records are in completion order, which differs between runs (concurrency, resume); sorting by item
+            # makes the bootstrap intervals, which resample per-item values, independent of it.
+            complete = {k: sorted(v, key=lambda r: r["item"]) for k, v in sorted(repeats.items()) if len(v) == size}
             kind = next(iter(complete.values()))[0]["kind"]
             per_repeat = [(_pairwise if kind == "pairwise" else _listwise)(v) for v in complete.values()]
             cell = _summarise(per_repeat)

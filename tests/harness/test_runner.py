@@ -151,3 +151,18 @@ def test_config_rejects_unknown_keys_and_rows(tmp_path: Path):
     proc = subprocess.run([sys.executable, "-m", "harness", "run", "table1", "--config", str(bad)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "unknown row(s) ['No such row']" in proc.stderr
+
+
+def test_results_do_not_depend_on_record_order():
+    import random
+
+    from reports.results import compute_results
+
+    recs = [
+        {"evaluator": "e", "benchmark": "b", "item": f"i{i}", "repeat": 0, "kind": "pairwise", "meta": {},
+         "preferred": 0, "scores": [2.0 if random.Random(i).random() < 0.2 else 0.0, 1.0], "n_unscored": 0}
+        for i in range(60)
+    ]
+    shuffled = list(recs)
+    random.Random(1).shuffle(shuffled)
+    assert compute_results(recs, {"row": "e"}) == compute_results(shuffled, {"row": "e"})
