@@ -166,3 +166,25 @@ def test_results_do_not_depend_on_record_order():
     shuffled = list(recs)
     random.Random(1).shuffle(shuffled)
     assert compute_results(recs, {"row": "e"}) == compute_results(shuffled, {"row": "e"})
+
+
+def test_listwise_records_give_top1_and_ndcg_over_repeats():
+    from reports.results import compute_results
+
+    def rec(item, repeat, scores, gold):
+        return {"evaluator": "e", "benchmark": "nectar_lmsys", "item": item, "repeat": repeat, "kind": "listwise",
+                "meta": {}, "gold_ranks": gold, "scores": scores, "n_unscored": int(None in scores)}
+
+    recs = [
+        rec("a", 0, [0.9, 0.5, 0.1], [1, 2, 3]),  # perfect: top-1 right, nDCG 1
+        rec("b", 0, [0.5, 0.5, 0.1], [1, 2, 3]),  # tied top: wrong; nDCG tie-averaged
+        rec("a", 1, [0.1, 0.5, 0.9], [1, 2, 3]),  # reversed
+        rec("b", 1, [0.9, None, 0.1], [1, 2, 3]),  # unscorable: wrong, nDCG 0, n_failed
+    ]
+    cell = compute_results(recs, {"row": "e"})["row"]["benchmarks"]["nectar_lmsys"]
+    assert cell["acc"]["per_repeat"] == [0.5, 0.0]
+    # Repeat 0: (1 + tie-averaged nDCG of [0.5, 0.5, 0.1] vs relevance [2, 1, 0]) / 2.
+    ideal = 2 + 1 / 1.5849625007211562
+    tied = ((2 + 1) / 2 * (1 + 1 / 1.5849625007211562)) / ideal
+    assert abs(cell["ndcg"]["per_repeat"][0] - (1 + tied) / 2) < 1e-12
+    assert cell["acc"]["n_failed"] == 1 and cell["acc"]["value"] == 0.25 and cell["acc"]["repeats"] == 2
