@@ -48,6 +48,7 @@ def _main(
     if not debug:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF conversion's own bars
 
 
 def _not_yet(verb: str) -> None:
