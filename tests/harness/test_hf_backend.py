@@ -19,6 +19,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+from tiny_models import tiny_tokenizer  # noqa: E402
+
 from harness.backends import load_backend  # noqa: E402
 from harness.backends.base import (  # noqa: E402
     Backend,
@@ -34,10 +36,6 @@ from harness.errors import BackendUnavailableError, ConfigError, FailureCategory
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
     "Is the answer Yes or No? Yes. No. Maybe.",
@@ -49,28 +47,15 @@ CORPUS = [
 def build_tiny(path: Path, *, seed: int = 0, chat_template: bool = True, context: int = 256) -> Path:
     """Save a tiny random Llama with a small readable tokenizer (Metaspace BPE) into `path`."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    raw = Tokenizer(models.BPE(unk_token="<unk>"))
-    raw.pre_tokenizer = pre_tokenizers.Metaspace()
-    raw.decoder = decoders.Metaspace()
-    alphabet = [chr(c) for c in range(32, 127)]
-    trainer = trainers.BpeTrainer(
+    tok = tiny_tokenizer(
+        CORPUS,
         vocab_size=220,
-        special_tokens=["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=alphabet,
+        specials=["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"],
+        bos="<|im_start|>",
+        chat_template=chat_template,
     )
-    raw.train_from_iterator(CORPUS * 5, trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=raw,
-        pad_token="<pad>",
-        unk_token="<unk>",
-        eos_token="<|im_end|>",
-        bos_token="<|im_start|>",
-    )
-    if chat_template:
-        tok.chat_template = CHATML
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=64,

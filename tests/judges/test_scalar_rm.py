@@ -19,6 +19,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from tiny_models import tiny_tokenizer
+
 from harness.cache import CallCache
 from harness.errors import ConfigError, FailureCategory, ModelNotFoundError
 from harness.pool import BackendPool
@@ -28,10 +30,6 @@ from judges.base import parse_evaluator_spec
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
     "Is the answer Yes or No? Yes. No. Maybe.",
@@ -51,28 +49,15 @@ def build_rm(
 ) -> Path:
     """Save a tiny random Llama reward model (sequence classifier, or a causal LM) and its tokenizer."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import (
-        LlamaConfig,
-        LlamaForCausalLM,
-        LlamaForSequenceClassification,
-        PreTrainedTokenizerFast,
-    )
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
-    raw = Tokenizer(models.BPE(unk_token="<unk>"))
-    raw.pre_tokenizer = pre_tokenizers.Metaspace()
-    raw.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(
+    tok = tiny_tokenizer(
+        CORPUS,
         vocab_size=200,
-        special_tokens=["<pad>", "<unk>", "<s>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=[chr(c) for c in range(32, 127)],
+        specials=["<pad>", "<unk>", "<s>", "<|im_start|>", "<|im_end|>"],
+        bos="<s>",
+        chat_template=chat_template,
     )
-    raw.train_from_iterator(CORPUS * 5, trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=raw, pad_token="<pad>", unk_token="<unk>", eos_token="<|im_end|>", bos_token="<s>"
-    )
-    if chat_template:
-        tok.chat_template = CHATML
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=32,
