@@ -76,7 +76,7 @@ def render_markdown(spec: TableSpec, results: Mapping[str, Any], notes: list[str
             text = f"<u>{text}</u>" if "best-dynamic" in mark else text
             cells.append(f"**{text}**" if "best" in mark.split() else text)
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
-        lines.append(f"| *paper* | " + " | ".join(_paper_cells(spec, row.paper)) + " |")
+        lines.append("| *paper* | " + " | ".join(_paper_cells(spec, row.paper)) + " |")
     lines += ["", "Counts per cell: n items (of which failed to score) and tie rate, summed over repeats.", ""]
     lines += ["| Evaluator | " + " | ".join(head[1:]) + " |", "|" + "---|" * len(head)]
     for row in spec.rows:
