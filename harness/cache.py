@@ -152,7 +152,7 @@ def _model_label(identity: dict[str, str]) -> str:
 
 def _generate_payload(request: GenerateRequest) -> dict:
     p = request.params
-    return {
+    payload = {
         "messages": chat_to_json(request.messages),
         "temperature": p.temperature,
         "top_p": p.top_p,
@@ -161,6 +161,31 @@ def _generate_payload(request: GenerateRequest) -> dict:
         "stop": list(p.stop),
         "logprobs": p.logprobs,
     }
+    # Later fields enter the key only when set, so entries written before they existed stay valid.
+    if request.assistant_prefix:
+        payload["prefix"] = request.assistant_prefix
+    if p.min_tokens:
+        payload["min_tokens"] = p.min_tokens
+    return payload
+
+
+def _logprob_payload(request: LogprobRequest, candidates: list[str]) -> dict:
+    payload = {
+        "messages": chat_to_json(request.messages),
+        "prefix": request.assistant_prefix,
+        "candidates": candidates,
+    }
+    if request.branches:
+        payload["branches"] = list(request.branches)
+    return payload
+
+
+def _stored_logprobs(values: dict[str, float]) -> dict[str, float | None]:
+    return {c: (None if not math.isfinite(v) else v) for c, v in values.items()}
+
+
+def _loaded_logprobs(stored: dict[str, float | None]) -> dict[str, float]:
+    return {c: (-math.inf if v is None else v) for c, v in stored.items()}
 
 
 def _sample_value(completion: Completion, i: int) -> object:
@@ -257,12 +282,7 @@ class CachedBackend:
             return await self.backend.next_token_logprobs(requests, candidates)
         cands = sorted(set(candidates))
         keys = [
-            cache_key(
-                self._identity,
-                "next_token_logprobs",
-                {"messages": chat_to_json(r.messages), "prefix": r.assistant_prefix, "candidates": cands},
-            )
-            for r in requests
+            cache_key(self._identity, "next_token_logprobs", _logprob_payload(r, cands)) for r in requests
         ]
         found = self.cache.get_many(keys)
         results: list[LogprobResult | None] = [None] * len(requests)
@@ -270,9 +290,11 @@ class CachedBackend:
         for idx, key in enumerate(keys):
             if key in found:
                 stored = found[key]
-                results[idx] = LogprobResult(
-                    {c: (-math.inf if v is None else v) for c, v in stored.items()}, None, cached=True
-                )
+                if requests[idx].branches:  # a list of per-branch dicts
+                    branches = tuple(_loaded_logprobs(b) for b in stored)
+                    results[idx] = LogprobResult({}, None, cached=True, branches=branches)
+                else:
+                    results[idx] = LogprobResult(_loaded_logprobs(stored), None, cached=True)
             else:
                 todo.append(idx)
         self.hits += len(requests) - len(todo)
@@ -283,8 +305,13 @@ class CachedBackend:
             to_store = []
             label = _model_label(self._identity)
             for idx, result in zip(todo, fresh):
-                if result.ok:
-                    stored = {c: (None if not math.isfinite(v) else v) for c, v in result.logprobs.items()}
+                n_branches = len(requests[idx].branches)
+                if result.ok and len(result.branches) == n_branches:
+                    stored: object = (
+                        [_stored_logprobs(b) for b in result.branches]
+                        if n_branches
+                        else _stored_logprobs(result.logprobs)
+                    )
                     to_store.append((keys[idx], label, stored))
                 results[idx] = result
             self.cache.put_many(to_store)

@@ -1,8 +1,9 @@
-"""Tiny tokenizers for tests that build random models from a config (no downloads)."""
+"""Tiny tokenizers and random causal LMs built from a config, for tests (no downloads)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -35,3 +36,56 @@ def tiny_tokenizer(
     if chat_template:
         tok.chat_template = CHATML
     return tok
+
+
+CORPUS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Is the answer Yes or No? Yes. No. Maybe.",
+    "Hello, world! How are you today? I am fine, thank you.",
+    "User: Assistant: System: one two three four five six seven eight nine ten",
+)
+
+
+def build_tiny_lm(
+    path: Path, *, seed: int = 0, chat_template: bool = True, context: int = 256, arch: str = "llama"
+) -> Path:
+    """Save a tiny random causal LM (hidden 64, 2 layers) with a small readable tokenizer into `path`.
+
+    `arch`: `llama`, or `gemma3` (one sliding-window layer of width 8 and one global layer: a hybrid KV cache).
+    """
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
+
+    tok = tiny_tokenizer(
+        CORPUS,
+        vocab_size=220,
+        specials=["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"],
+        bos="<|im_start|>",
+        chat_template=chat_template,
+    )
+    common = dict(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+        initializer_range=0.3,  # well-separated logits, so argmax never hinges on rounding
+    )
+    torch.manual_seed(seed)
+    if arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    elif arch == "gemma3":
+        config = Gemma3TextConfig(
+            **common, head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"]
+        )
+        model = Gemma3ForCausalLM(config)
+    else:
+        raise ValueError(f"unknown arch {arch!r}")
+    model.save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path

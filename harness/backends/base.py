@@ -46,6 +46,10 @@ class SamplingParams:
     """Stop strings (not included in the output)."""
     logprobs: int = 0
     """Top alternatives to return per generated token (0: no logprobs). See `Completion.logprobs`."""
+    min_tokens: int = 0
+    """End-of-sequence is suppressed until this many tokens were generated (stop strings still apply).
+
+    Honoured by `hf` and `vllm`; the `openai` backend does not send it (it is not part of the OpenAI API)."""
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -58,6 +62,8 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must be in 0..20, got {self.logprobs}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be in 0..max_tokens={self.max_tokens}, got {self.min_tokens}")
 
     @property
     def greedy(self) -> bool:
@@ -79,6 +85,12 @@ class GenerateRequest:
     """The conversation so far; the model writes the next assistant turn."""
     params: SamplingParams = field(default_factory=SamplingParams)
     """How to sample."""
+    assistant_prefix: str = ""
+    """Text the assistant turn starts with (a prefill); the completion continues it and does not repeat it.
+
+    `hf` and `vllm` render it after the generation prompt. `openai` sends it as a trailing assistant
+    message, which only some servers continue; others answer in a fresh turn, so readers of the text must
+    accept both."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,24 +143,49 @@ class Completion:
 
 @dataclass(frozen=True, slots=True)
 class LogprobRequest:
-    """Score the first token the assistant would write next."""
+    """Score the first token the assistant would write next: in one context, or in several sharing a start.
+
+    With `branches`, the request stands for one context per branch: branch `i` is appended to the content of
+    the last message of `messages`, so every branch shares the conversation up to that point. Backends compute
+    the shared part once where they can (`hf`: one forward pass over the tokens all branches share, then the
+    branches together on a copy of its KV cache; `vllm`: automatic prefix caching; `openai`: one HTTP request
+    per branch, left to the server's prefix cache).
+    """
 
     messages: tuple[Message, ...]
     """The conversation; the next token is the start of a new assistant turn."""
     assistant_prefix: str = ""
     """Text already written at the start of that assistant turn (prefill), if the backend supports it."""
+    branches: tuple[str, ...] = ()
+    """Texts completing the last message, one context each (see the class docstring); empty: one context."""
+
+    def __post_init__(self) -> None:
+        if self.branches and not self.messages:
+            raise ValueError("a LogprobRequest with branches needs a message to append them to")
+
+    def contexts(self) -> list[tuple[Message, ...]]:
+        """The conversations this request scores: `messages` itself, or one per branch."""
+        if not self.branches:
+            return [self.messages]
+        *head, last = self.messages
+        return [(*head, Message(last.role, last.content + b)) for b in self.branches]
 
 
 @dataclass(frozen=True, slots=True)
 class LogprobResult:
-    """Next-token log-probabilities of the candidate strings."""
+    """Next-token log-probabilities of the candidate strings (per branch, for a request with branches)."""
 
     logprobs: dict[str, float]
-    """Candidate -> log-probability of its first token; `-inf` when the backend did not rank it."""
+    """Candidate -> log-probability of its first token; `-inf` when the backend did not rank it. Empty for a
+    request with branches (see `branches`)."""
     error: Failure | None = None
     """Why the request failed, or None."""
     cached: bool = False
     """True when served from the call cache."""
+    branches: tuple[dict[str, float], ...] = ()
+    """For a request with branches: one candidate -> log-probability dict per branch, in branch order."""
+    usage: Usage = field(default_factory=Usage)
+    """Prompt tokens the backend computed (a prefix shared by branches counts once; zero from the cache)."""
 
     @property
     def ok(self) -> bool:

@@ -19,6 +19,8 @@ How it behaves, and where it deviates from a plain `model.generate` call:
   else shares its batch and whatever `n` is; `seed=None` draws a fresh random seed. (Batching can still change
   the floating-point rounding of logits, as in every batched engine; with float32 this is practically
   invisible.)
+- `assistant_prefix` (a prefill) is appended to the rendered prompt; the text returned is what follows it.
+  `min_tokens` bans the end-of-sequence ids of a row until it has that many new tokens.
 - Stop strings end a row early (checked on its recent tokens at every step); the text is cut before the first
   one. `max_tokens` is clamped to the model's context; a prompt that alone fills the context fails that
   request.
@@ -38,7 +40,9 @@ How it behaves, and where it deviates from a plain `model.generate` call:
 from __future__ import annotations
 
 import asyncio
+import copy
 import gc
+import inspect
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -374,6 +378,9 @@ class HFBackend:
         self.context_length: int | None = getattr(text_config, "max_position_embeddings", None)
         self._lm, self._tok = lm, tok
         self._torch = torch
+        # The KV-cache argument of `forward`: `cache` since transformers 5, `past_key_values` before.
+        forward_args = inspect.signature(lm.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
 
     # --------------------------------------------------------------------------------------------------------
     # Protocol
@@ -442,6 +449,9 @@ class HFBackend:
 
         One forward pass per batch; a candidate's value is the max over the first token of `candidate` and of
         `" " + candidate` (tokenizers differ on where the space goes), `-inf` when neither yields a token.
+        A request with branches runs on its own: the tokens every branch shares once, then the branches in
+        batches of `options.batch_size` on copies of that KV cache; `usage.prompt_tokens` counts each computed
+        token once.
         """
         if not requests:
             return []
@@ -490,7 +500,7 @@ class HFBackend:
         rows: list[_Row] = []
         extra_stops = () if self.chat_template else PLAIN_STOPS
         for i, req in enumerate(requests):
-            ids, failure = self._prompt(req.messages)
+            ids, failure = self._prompt(req.messages, req.assistant_prefix)
             if failure is not None:
                 failures[i] = failure
                 continue
@@ -502,7 +512,9 @@ class HFBackend:
             for s in range(1 if p.greedy else p.n):
                 seed = sample_seed(p.seed, s)
                 stops = tuple(p.stop) + extra_stops
-                rows.append(_Row(i, s, ids, max_new, p.temperature, p.top_p, seed, stops, p.logprobs))
+                rows.append(
+                    _Row(i, s, ids, max_new, p.temperature, p.top_p, seed, stops, p.logprobs, p.min_tokens)
+                )
         # Rows asking for logprobs batch together, so other batches need not keep their logits.
         rows.sort(key=lambda r: (r.logprobs > 0, -len(r.ids)))
         outputs: dict[tuple[int, int], _Output] = {}
@@ -541,6 +553,8 @@ class HFBackend:
         width = ids.shape[1]
         stopper = _RowStopper(width, batch, self._tok)
         processors = LogitsProcessorList()
+        if any(r.min_new for r in batch) and self._eos_ids:
+            processors.append(_RowMinTokens(width, batch, self._eos_ids))
         if any(r.temperature > 0 for r in batch):
             processors.append(_RowSampler(batch))
         # The raw logits (before any processor), not the processed scores: logprobs of the model itself.
@@ -607,40 +621,112 @@ class HFBackend:
         return self._candidate_cache[candidate]
 
     def _logprobs_sync(self, requests: list[LogprobRequest], candidates: list[str]) -> list[LogprobResult]:
-        torch = self._torch
         cand_ids = {c: self._candidate_ids(c) for c in candidates}
         results: list[LogprobResult | None] = [None] * len(requests)
-        todo: list[tuple[int, list[int]]] = []
+        single: list[tuple[int, list[int]]] = []
+        branched: list[tuple[int, list[list[int]]]] = []
         for i, req in enumerate(requests):
-            ids, failure = self._prompt(req.messages, req.assistant_prefix)
-            if failure is not None:
-                results[i] = LogprobResult({}, error=failure)
+            encoded: list[list[int]] = []
+            for context in req.contexts():
+                ids, failure = self._prompt(context, req.assistant_prefix)
+                if failure is not None:
+                    results[i] = LogprobResult({}, error=failure)
+                    break
+                encoded.append(ids)  # type: ignore[arg-type]
             else:
-                todo.append((i, ids))
-        todo.sort(key=lambda t: -len(t[1]))
+                if req.branches:
+                    branched.append((i, encoded))
+                else:
+                    single.append((i, encoded[0]))
+        single.sort(key=lambda t: -len(t[1]))
         size = self.options.batch_size
-        for start in range(0, len(todo), size):
-            batch = todo[start : start + size]
+        for start in range(0, len(single), size):
+            batch = single[start : start + size]
             try:
-                ids, mask = self._pad([p for _, p in batch])
-                positions = (mask.cumsum(-1) - 1).clamp(min=0)
-                with torch.inference_mode():
-                    logits = self._lm(
-                        input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
-                    ).logits[:, -1, :]
-                    logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+                rows = self._last_logprobs([p for _, p in batch])
             except Exception as exc:
                 for i, _ in batch:
-                    results[i] = LogprobResult(
-                        {}, error=_failure(f"forward pass failed: {type(exc).__name__}: {exc}")
-                    )
+                    results[i] = LogprobResult({}, error=_forward_failure(exc))
                 continue
-            for j, (i, _) in enumerate(batch):
-                row = logprobs[j]
-                results[i] = LogprobResult(
-                    {c: (float(row[t].max()) if t else float("-inf")) for c, t in cand_ids.items()}
-                )
+            for (i, ids), row in zip(batch, rows):
+                results[i] = LogprobResult(_pick(row, cand_ids), usage=Usage(len(ids), 0))
+        for i, seqs in branched:
+            try:
+                rows, computed = self._branch_logprobs(seqs)
+            except Exception as exc:
+                results[i] = LogprobResult({}, error=_forward_failure(exc))
+                continue
+            branches = tuple(_pick(row, cand_ids) for row in rows)
+            results[i] = LogprobResult({}, branches=branches, usage=Usage(computed, 0))
         return results  # type: ignore[return-value]
+
+    def _last_logprobs(self, prompts: list[list[int]]) -> list[Any]:
+        """Log-softmax of the next-token logits after each prompt (one left-padded forward pass)."""
+        torch = self._torch
+        ids, mask = self._pad(prompts)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            out = self._lm(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1)
+            logits = out.logits
+            return list(torch.log_softmax(logits[:, -1, :].float(), dim=-1).cpu())
+
+    def _branch_logprobs(self, seqs: list[list[int]]) -> tuple[list[Any], int]:
+        """Next-token log-softmax after each of `seqs`, computing the tokens they all share once.
+
+        One forward pass over the shared tokens fills a KV cache; each batch of branches then runs on a copy
+        of it, right-padded (padding after a branch's last token cannot change that token's logits under
+        causal attention). Returns the rows and the number of prompt tokens computed.
+        """
+        torch = self._torch
+        shared = _common_prefix_length(seqs)
+        shared = min(shared, min(len(s) for s in seqs) - 1)  # each branch keeps a token whose logits are read
+        device = self._lm.device
+        rows: list[Any] = []
+        with torch.inference_mode():
+            cache = None
+            if shared > 0:
+                prefix = torch.tensor([seqs[0][:shared]], dtype=torch.long, device=device)
+                out = self._lm(input_ids=prefix, use_cache=True)
+                cache = out.cache if hasattr(out, "cache") else out.past_key_values  # renamed in v5
+            size = self.options.batch_size
+            for start in range(0, len(seqs), size):
+                tails = [s[shared:] for s in seqs[start : start + size]]
+                n, width = len(tails), max(len(t) for t in tails)
+                ids = torch.full((n, width), self._pad_id, dtype=torch.long)
+                mask = torch.zeros((n, shared + width), dtype=torch.long)
+                mask[:, :shared] = 1
+                for j, t in enumerate(tails):
+                    ids[j, : len(t)] = torch.tensor(t, dtype=torch.long)
+                    mask[j, shared : shared + len(t)] = 1
+                positions = (shared + torch.arange(width)).expand(n, width)
+                past = None
+                if cache is not None:
+                    past = copy.deepcopy(cache)
+                    past.batch_repeat_interleave(n)
+                logits = self._lm(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    position_ids=positions.to(device),
+                    use_cache=past is not None,
+                    **{self._cache_arg: past},
+                ).logits
+                last = logits[torch.arange(n), torch.tensor([len(t) - 1 for t in tails])]
+                rows += list(torch.log_softmax(last.float(), dim=-1).cpu())
+        return rows, shared + sum(len(s) - shared for s in seqs)
+
+
+def _common_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every sequence shares."""
+    first, n = seqs[0], min(len(s) for s in seqs)
+    for k in range(n):
+        if any(s[k] != first[k] for s in seqs):
+            return k
+    return n
+
+
+def _pick(row: Any, cand_ids: dict[str, list[int]]) -> dict[str, float]:
+    """Candidate -> the largest log-probability among its token ids in `row` (`-inf` without any)."""
+    return {c: (float(row[t].max()) if t else float("-inf")) for c, t in cand_ids.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -656,6 +742,7 @@ class _Row:
     seed: int | None
     stops: tuple[str, ...]
     logprobs: int = 0
+    min_new: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -669,6 +756,10 @@ class _Output:
 
 def _failure(message: str) -> Failure:
     return Failure(FailureCategory.BACKEND, " ".join(message.split()))
+
+
+def _forward_failure(exc: Exception) -> Failure:
+    return _failure(f"forward pass failed: {type(exc).__name__}: {exc}")
 
 
 def _cut_at_stop(text: str, stops: Sequence[str]) -> str:
@@ -709,6 +800,24 @@ class _RowStopper:
                 self.stopped_at[j] = n
             done.append(hit)
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+class _RowMinTokens:
+    """Per-row `min_tokens`: end-of-sequence ids are banned until a row has that many new tokens."""
+
+    def __init__(self, width: int, rows: Sequence[_Row], eos_ids: Sequence[int]) -> None:
+        self.width = width
+        self.min_new = [r.min_new for r in rows]
+        self.eos_ids = list(eos_ids)
+
+    def __call__(self, input_ids, scores):
+        n = input_ids.shape[1] - self.width
+        rows = [j for j, m in enumerate(self.min_new) if n < m]
+        if rows:
+            scores = scores.clone()  # generate keeps the tensor it passed in as the step's raw logits
+            for j in rows:
+                scores[j, self.eos_ids] = float("-inf")
+        return scores
 
 
 class _RowSampler:

@@ -17,6 +17,8 @@ instead, so that every request ends as a completion or a categorised `Failure`, 
   server that reports the token holding a stop string), tokens that start at or after the text's end are
   dropped. A server that answers without them fails the request as UNSUPPORTED.
 - `options.timeout` bounds each attempt as a whole (connect, send, wait, read).
+- A request's `assistant_prefix` is sent as a trailing assistant message (servers that continue it treat it
+  as a prefill; others answer in a new turn). `min_tokens` is not sent: it is not part of the OpenAI API.
 
 Requests go through the SDK's generic `client.post(path, body=..., cast_to=<httpx Response>)`, its documented
 way to make raw calls, and the few fields used are parsed and checked here. The typed `create()` transforms
@@ -51,6 +53,7 @@ from harness.backends.base import (
     GenerateRequest,
     LogprobRequest,
     LogprobResult,
+    Message,
     TokenLogprob,
     Usage,
     chat_to_json,
@@ -160,7 +163,8 @@ class OpenAIBackend:
         A candidate matches a listed token when the token, stripped of leading whitespace, equals it (so `Yes`
         matches `Yes` and ` Yes`; the largest matching logprob wins); an unlisted candidate gets `-inf`.
         A non-empty `assistant_prefix` is sent as a trailing assistant message: only servers that continue
-        such a message (rather than starting a new turn) honour it as a prefill.
+        such a message (rather than starting a new turn) honour it as a prefill. Each branch of a request is
+        one HTTP request (the server's prefix cache, where it has one, shares their common start).
         """
         return list(await asyncio.gather(*(self._logprobs_one(r, candidates) for r in requests)))
 
@@ -198,9 +202,12 @@ class OpenAIBackend:
 
     async def _generate_one(self, request: GenerateRequest) -> Completion:
         p = request.params
+        messages = chat_to_json(request.messages)
+        if request.assistant_prefix:
+            messages.append({"role": "assistant", "content": request.assistant_prefix})
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": chat_to_json(request.messages),
+            "messages": messages,
             "temperature": p.temperature,
             "top_p": p.top_p,
             "max_tokens": p.max_tokens,
@@ -234,9 +241,26 @@ class OpenAIBackend:
             return Completion(texts=(), error=self._failure(FailureCategory.BACKEND, repr(exc), 1))
 
     async def _logprobs_one(self, request: LogprobRequest, candidates: Sequence[str]) -> LogprobResult:
-        messages = chat_to_json(request.messages)
-        if request.assistant_prefix:
-            messages.append({"role": "assistant", "content": request.assistant_prefix})
+        """One HTTP request per context (branches in parallel); any failure fails the whole request."""
+        found = await asyncio.gather(
+            *(self._context_logprobs(c, request.assistant_prefix, candidates) for c in request.contexts())
+        )
+        scored: list[tuple[dict[str, float], int]] = []
+        for item in found:
+            if isinstance(item, Failure):
+                return LogprobResult(logprobs={}, error=item)
+            scored.append(item)
+        usage = Usage(sum(n for _, n in scored), 0)
+        if request.branches:
+            return LogprobResult({}, branches=tuple(lp for lp, _ in scored), usage=usage)
+        return LogprobResult(logprobs=scored[0][0], usage=usage)
+
+    async def _context_logprobs(
+        self, context: Sequence[Message], prefix: str, candidates: Sequence[str]
+    ) -> tuple[dict[str, float], int] | Failure:
+        messages = chat_to_json(context)
+        if prefix:
+            messages.append({"role": "assistant", "content": prefix})
         body = {
             "model": self.model,
             "messages": messages,
@@ -248,13 +272,13 @@ class OpenAIBackend:
         try:
             payload, attempts = await self._post_chat(body)
             if isinstance(payload, Failure):
-                return LogprobResult(logprobs={}, error=payload)
+                return payload
             top = _first_token_alternatives(payload)
             if isinstance(top, Failure):
-                return LogprobResult(logprobs={}, error=self._failure(top.category, top.message, attempts))
-            return LogprobResult(logprobs=match_candidates(top, candidates))
+                return self._failure(top.category, top.message, attempts)
+            return match_candidates(top, candidates), _usage(payload).prompt_tokens
         except Exception as exc:  # a bug or an SDK surprise must not lose the batch
-            return LogprobResult(logprobs={}, error=self._failure(FailureCategory.BACKEND, repr(exc), 1))
+            return self._failure(FailureCategory.BACKEND, repr(exc), 1)
 
     async def _post_chat(self, body: dict[str, Any]) -> tuple[dict[str, Any] | Failure, int]:
         """POST a chat completion with retries: the JSON body (or a Failure) and the attempts it took."""

@@ -15,7 +15,9 @@ Deviations from a plain `LLM.chat(...)` call, all to make `vllm:` and `hf:` mean
   once and repeat.
 - Only the request's parameters apply: the checkpoint's generation-config sampling defaults are not merged.
 - Logprobs come from one generated token with `logprobs=options.top_logprobs`: a candidate outside the
-  returned top tokens gets `-inf`.
+  returned top tokens gets `-inf`. The branches of a request are separate prompts of one engine call; prefix
+  caching shares their common start (`usage` counts every prompt's tokens, shared or not).
+- `min_tokens` maps to vLLM's own `min_tokens`.
 - Token logprobs of generated text (`params.logprobs = k > 0`) ask vLLM for `logprobs=k` (its default mode:
   the model's raw distribution, as in `hf`) and are shaped as in `hf`: `token` is the token's share of the
   text (`hf.token_pieces` over the sample's token ids), `top` the k best of vLLM's entries keyed by
@@ -168,7 +170,7 @@ class VLLMBackend:
         params: list[Any] = []
         prompt_tokens: dict[int, int] = {}
         for i, req in enumerate(requests):
-            ids, failure = self._prompt(req.messages)
+            ids, failure = self._prompt(req.messages, req.assistant_prefix)
             if failure is not None:
                 failures[i] = failure
                 continue
@@ -177,7 +179,9 @@ class VLLMBackend:
             max_new = (
                 p.max_tokens if not self.context_length else min(p.max_tokens, self.context_length - len(ids))
             )
-            extra = {"logprobs": p.logprobs} if p.logprobs else {}
+            extra: dict[str, Any] = {"logprobs": p.logprobs} if p.logprobs else {}
+            if p.min_tokens:
+                extra["min_tokens"] = min(p.min_tokens, max_new)
             for s in range(1 if p.greedy else p.n):
                 rows.append((i, s))
                 prompts.append(ids)
@@ -250,7 +254,9 @@ class VLLMBackend:
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
     ) -> list[LogprobResult]:
         """Log-probabilities of each candidate's first token (max over `c` and `" " + c`), from the top
-        `options.top_logprobs` of one generated token; `-inf` for candidates outside them."""
+        `options.top_logprobs` of one generated token; `-inf` for candidates outside them. Every context of
+        every request (branches included) goes to the engine in one `generate` call; prefix caching computes
+        what branches share once."""
         from harness.backends.hf import candidate_token_ids
 
         cand_ids = {c: candidate_token_ids(self._tok, c) for c in candidates}
@@ -258,16 +264,22 @@ class VLLMBackend:
             n=1, temperature=0.0, max_tokens=1, logprobs=self.options.top_logprobs
         )
         results: list[LogprobResult | None] = [None] * len(requests)
-        todo: list[tuple[int, list[int]]] = []
+        todo: list[tuple[int, list[list[int]]]] = []
         for i, req in enumerate(requests):
-            ids, failure = self._prompt(req.messages, req.assistant_prefix)
-            if failure is not None:
-                results[i] = LogprobResult({}, error=failure)
+            encoded = []
+            for context in req.contexts():
+                ids, failure = self._prompt(context, req.assistant_prefix)
+                if failure is not None:
+                    results[i] = LogprobResult({}, error=failure)
+                    break
+                encoded.append(ids)
             else:
-                todo.append((i, ids))
-        if todo:
+                todo.append((i, encoded))
+        prompts = [ids for _, seqs in todo for ids in seqs]
+        outs: list[Any] = []
+        if prompts:
             try:
-                outs = await asyncio.to_thread(self._run, [ids for _, ids in todo], [params] * len(todo))
+                outs = await asyncio.to_thread(self._run, prompts, [params] * len(prompts))
             except BackendUnavailableError:
                 raise
             except Exception as exc:
@@ -275,13 +287,22 @@ class VLLMBackend:
                     results[i] = LogprobResult(
                         {}, error=_failure(f"generation failed: {type(exc).__name__}: {exc}")
                     )
-                outs = []
-            for (i, _), out in zip(todo, outs):
+                todo = []
+        at = 0
+        for i, seqs in todo:
+            found = []
+            for out in outs[at : at + len(seqs)]:
                 step = out.outputs[0].logprobs[0]  # {token_id: Logprob} at the first generated position
-                results[i] = LogprobResult(
+                found.append(
                     {
                         c: max((step[t].logprob for t in ids if t in step), default=float("-inf"))
                         for c, ids in cand_ids.items()
                     }
                 )
+            at += len(seqs)
+            usage = Usage(sum(len(ids) for ids in seqs), 0)
+            if requests[i].branches:
+                results[i] = LogprobResult({}, branches=tuple(found), usage=usage)
+            else:
+                results[i] = LogprobResult(found[0], usage=usage)
         return results  # type: ignore[return-value]

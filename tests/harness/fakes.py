@@ -17,7 +17,10 @@ from harness.errors import Failure, FailureCategory
 
 
 class ScriptedBackend:
-    """Answers `echo:<last user message>#<sample seed>`; fails requests whose text contains `fail_marker`."""
+    """Answers `echo:<last user message>#<sample seed>`; fails requests whose text contains `fail_marker`.
+
+    Next-token logprobs are a hash of each context's last message (one dict per branch for a branched request).
+    """
 
     kind = "scripted"
 
@@ -54,6 +57,9 @@ class ScriptedBackend:
         out = []
         for r in requests:
             self.logprob_requests.append(r)
-            digest = hashlib.sha256(r.messages[-1].content.encode()).digest()
-            out.append(LogprobResult({c: -float(digest[i % 32]) / 10 for i, c in enumerate(candidates)}))
+            found = []
+            for context in r.contexts():
+                digest = hashlib.sha256(context[-1].content.encode()).digest()
+                found.append({c: -float(digest[i % 32]) / 10 for i, c in enumerate(candidates)})
+            out.append(LogprobResult({}, branches=tuple(found)) if r.branches else LogprobResult(found[0]))
         return out

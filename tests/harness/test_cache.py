@@ -6,7 +6,7 @@ from pathlib import Path
 from fakes import ScriptedBackend
 
 from harness.backends.base import GenerateRequest, LogprobRequest, SamplingParams, user_chat
-from harness.cache import CachedBackend, CallCache, cache_key
+from harness.cache import CachedBackend, CallCache, _generate_payload, cache_key
 
 
 def _req(text: str, **params) -> GenerateRequest:
@@ -78,6 +78,54 @@ def test_logprobs_cached_with_minus_inf(tmp_path: Path):
     assert [r.logprobs for r in second] == [r.logprobs for r in first]
     assert second[0].logprobs["No"] == -math.inf and all(r.cached for r in second)
     assert len(backend.logprob_requests) == 2
+
+
+def test_prefill_and_min_tokens_are_part_of_the_key(tmp_path: Path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    backend = ScriptedBackend()
+    plain = _req("sheet", max_tokens=8)
+    prefilled = GenerateRequest(plain.messages, plain.params, assistant_prefix="1:")
+    held = _req("sheet", max_tokens=8, min_tokens=5)
+    for r in (plain, prefilled, held, plain, prefilled, held):
+        asyncio.run(CachedBackend(backend, cache).generate([r]))
+    assert len(backend.requests) == 3  # three different requests, each computed once
+    # Unset, they stay out of the payload, so entries written before they existed keep their keys.
+    legacy = {"messages", "temperature", "top_p", "max_tokens", "seed", "stop", "logprobs"}
+    assert set(_generate_payload(plain)) == legacy
+
+
+def test_branched_logprobs_round_trip_per_branch(tmp_path: Path):
+    cache = CallCache(tmp_path / "c.sqlite")
+
+    class Partial(ScriptedBackend):
+        async def next_token_logprobs(self, requests, candidates):
+            results = await super().next_token_logprobs(requests, candidates)
+            return [type(r)({}, branches=tuple({**b, "No": -math.inf} for b in r.branches)) for r in results]
+
+    backend = Partial()
+    branched = LogprobRequest(user_chat("Is it "), branches=("red?", "blue?", "red?"))
+    [first] = asyncio.run(CachedBackend(backend, cache).next_token_logprobs([branched], ["Yes", "No"]))
+    [again] = asyncio.run(CachedBackend(backend, cache).next_token_logprobs([branched], ["Yes", "No"]))
+    assert again.cached and again.branches == first.branches and len(again.branches) == 3
+    assert again.branches[0] == again.branches[2] != again.branches[1] and again.branches[1]["No"] == -math.inf
+    other = LogprobRequest(user_chat("Is it "), branches=("red?", "blue?"))
+    [fresh] = asyncio.run(CachedBackend(backend, cache).next_token_logprobs([other], ["Yes", "No"]))
+    assert not fresh.cached and len(backend.logprob_requests) == 2  # the branches are part of the key
+
+
+def test_a_result_with_the_wrong_number_of_branches_is_not_cached(tmp_path: Path):
+    cache = CallCache(tmp_path / "c.sqlite")
+
+    class Short(ScriptedBackend):
+        async def next_token_logprobs(self, requests, candidates):
+            results = await super().next_token_logprobs(requests, candidates)
+            return [type(r)({}, branches=r.branches[:1]) for r in results]
+
+    backend = Short()
+    branched = LogprobRequest(user_chat("Is it "), branches=("red?", "blue?"))
+    for _ in range(2):
+        asyncio.run(CachedBackend(backend, cache).next_token_logprobs([branched], ["Yes"]))
+    assert len(backend.logprob_requests) == 2 and cache.stats().entries == 0
 
 
 def _writer(path: str, worker: int, n: int) -> None:

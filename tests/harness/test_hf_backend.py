@@ -19,7 +19,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from tiny_models import tiny_tokenizer  # noqa: E402
+from tiny_models import build_tiny_lm  # noqa: E402
 
 from harness.backends import load_backend  # noqa: E402
 from harness.backends.base import (  # noqa: E402
@@ -36,48 +36,9 @@ from harness.errors import BackendUnavailableError, ConfigError, FailureCategory
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Is the answer Yes or No? Yes. No. Maybe.",
-    "Hello, world! How are you today? I am fine, thank you.",
-    "User: Assistant: System: one two three four five six seven eight nine ten",
-]
-
-
-def build_tiny(path: Path, *, seed: int = 0, chat_template: bool = True, context: int = 256) -> Path:
-    """Save a tiny random Llama with a small readable tokenizer (Metaspace BPE) into `path`."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tok = tiny_tokenizer(
-        CORPUS,
-        vocab_size=220,
-        specials=["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"],
-        bos="<|im_start|>",
-        chat_template=chat_template,
-    )
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=context,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.bos_token_id,
-        initializer_range=0.3,  # well-separated logits, so argmax never hinges on rounding
-    )
-    torch.manual_seed(seed)
-    LlamaForCausalLM(config).save_pretrained(str(path))
-    tok.save_pretrained(str(path))
-    return path
-
-
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny(tmp_path_factory.mktemp("tiny") / "model")
+    return build_tiny_lm(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="module")
@@ -159,11 +120,11 @@ def test_bad_options_raise_config_error(tiny_dir: Path) -> None:
 def test_identity_fingerprints_local_weights_and_changes_with_them(tmp_path: Path) -> None:
     from harness.backends.hf import HFBackend
 
-    path = build_tiny(tmp_path / "m", seed=1)
+    path = build_tiny_lm(tmp_path / "m", seed=1)
     first = HFBackend(str(path), BackendOptions(dtype="float32")).identity()
     assert first["kind"] == "hf" and first["model"] == str(path) and len(first["weights"]) == 64
     assert HFBackend(str(path), BackendOptions(dtype="float32")).identity() == first
-    build_tiny(path, seed=2)  # same files, other weights
+    build_tiny_lm(path, seed=2)  # same files, other weights
     assert HFBackend(str(path), BackendOptions(dtype="float32")).identity()["weights"] != first["weights"]
 
 
@@ -240,7 +201,7 @@ def test_plain_rendering_without_chat_template(tmp_path: Path) -> None:
 
     msgs = (Message("system", "Be brief."), Message("user", "Hi"))
     assert render_plain(msgs) == "System: Be brief.\n\nUser: Hi\n\nAssistant:"
-    b = HFBackend(str(build_tiny(tmp_path / "base", chat_template=False)), BackendOptions(dtype="float32"))
+    b = HFBackend(str(build_tiny_lm(tmp_path / "base", chat_template=False)), BackendOptions(dtype="float32"))
     assert not b.chat_template
     assert b.encode(msgs) == b._tok.encode(render_plain(msgs), add_special_tokens=True)
     [c] = gen(b, [GenerateRequest(msgs, SamplingParams(max_tokens=8))])
@@ -404,7 +365,7 @@ def test_token_logprobs_follow_the_stop_string_cut(backend) -> None:
 def test_token_logprobs_of_a_plain_rendered_answer_cover_the_stripped_text(tmp_path: Path) -> None:
     from harness.backends.hf import HFBackend
 
-    b = HFBackend(str(build_tiny(tmp_path / "base", chat_template=False)), BackendOptions(dtype="float32"))
+    b = HFBackend(str(build_tiny_lm(tmp_path / "base", chat_template=False)), BackendOptions(dtype="float32"))
     completions = gen(b, [req(p, logprobs=3, max_tokens=24) for p in PROMPTS])
     for c in completions:
         [tokens] = c.logprobs
@@ -532,6 +493,7 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
         seed: int | None = None
         stop: list | None = None
         logprobs: int | None = None
+        min_tokens: int = 0
 
     class FakeLLM:
         instances: list = []
@@ -605,6 +567,31 @@ def test_vllm_backend_maps_requests_onto_the_engine(fake_vllm, tiny_dir: Path) -
     asyncio.run(b.close())
     with pytest.raises(BackendUnavailableError, match="closed"):
         asyncio.run(b.generate([req("Hello")]))
+
+
+def test_vllm_backend_prefill_min_tokens_and_branches(fake_vllm, tiny_dir: Path) -> None:
+    b = load_backend(f"vllm:{tiny_dir}", BackendOptions(top_logprobs=50))
+    engine = fake_vllm.instances[-1]
+    chat = user_chat("Yes or No?")
+    prefilled, plain = asyncio.run(
+        b.generate(
+            [
+                GenerateRequest(chat, SamplingParams(max_tokens=8, min_tokens=5), assistant_prefix="1:"),
+                GenerateRequest(chat, SamplingParams(max_tokens=8)),
+            ]
+        )
+    )
+    prompts, params = engine.calls[-1]
+    assert prompts[0]["prompt_token_ids"] == b._prompt(chat, "1:")[0] != prompts[1]["prompt_token_ids"]
+    assert [p.min_tokens for p in params] == [5, 0]
+    assert prefilled.usage.prompt_tokens == len(prompts[0]["prompt_token_ids"])
+    branched = LogprobRequest(chat, branches=(" A", " B", " C"))
+    [lp] = asyncio.run(b.next_token_logprobs([branched, LogprobRequest(chat)], ["Yes"]))[:1]
+    prompts, params = engine.calls[-1]  # every context of every request in one engine call
+    assert [p["prompt_token_ids"] for p in prompts[:3]] == [b._prompt(c)[0] for c in branched.contexts()]
+    assert len(prompts) == 4 and len(lp.branches) == 3 and lp.logprobs == {}
+    assert lp.usage.prompt_tokens == sum(len(p["prompt_token_ids"]) for p in prompts[:3])
+    asyncio.run(b.close())
 
 
 VLLM_SCRIPT = "Is the answer Yes or No? Yes. No."

@@ -293,6 +293,51 @@ def test_next_token_logprobs_match_candidates_without_leading_whitespace() -> No
     assert prefixed["messages"][-1] == {"role": "assistant", "content": "Answer:"}
 
 
+def test_branches_are_one_http_request_each_and_fail_together() -> None:
+    bodies: list = []
+    inner = logprob_handler(bodies)
+
+    async def handler(request: HttpRequest):
+        if "bad branch" in request.json()["messages"][-1]["content"]:
+            return json_response({"error": {"message": "no"}}, status=400)
+        return await inner(request)
+
+    requests = [
+        LogprobRequest(user_chat("Response: 4. Criterion: "), branches=("States 4?", "Shows work?")),
+        LogprobRequest(user_chat("Response: 4. Criterion: "), branches=("ok", "bad branch")),
+    ]
+
+    async def go(backend: OpenAIBackend):
+        try:
+            return await backend.next_token_logprobs(requests, ["Yes", "No"])
+        finally:
+            await backend.close()
+
+    with serve_in_thread(handler) as url:
+        good, bad = asyncio.run(go(make_backend(url, top_logprobs=5)))
+    assert good.ok and good.logprobs == {} and good.branches == ({"Yes": -0.1, "No": -2.0},) * 2
+    assert good.usage.prompt_tokens == 2  # the loopback reports 1 prompt token per request
+    sent = sorted(b["messages"][-1]["content"] for b in bodies)
+    assert sent == [f"Response: 4. Criterion: {c}" for c in ("Shows work?", "States 4?", "ok")]
+    assert bad.error is not None and bad.error.category is FailureCategory.BAD_REQUEST
+
+
+def test_generate_sends_a_prefill_as_a_trailing_assistant_message_and_no_min_tokens() -> None:
+    bodies = []
+
+    async def handler(request: HttpRequest):
+        bodies.append(request.json())
+        return json_response(chat_completion([" yes\n2: no"]))
+
+    prefilled = GenerateRequest(user_chat("sheet"), SamplingParams(max_tokens=9, min_tokens=5), "1:")
+    with serve_in_thread(handler) as url:
+        (result,) = generate(make_backend(url), [prefilled])
+    assert result.ok and result.texts == (" yes\n2: no",)  # the continuation, as the server sent it
+    (body,) = bodies
+    assert body["messages"] == [{"role": "user", "content": "sheet"}, {"role": "assistant", "content": "1:"}]
+    assert "min_tokens" not in body  # not part of the OpenAI API
+
+
 def test_match_candidates_takes_the_best_variant() -> None:
     alternatives = [(" Yes", -1.0), ("Yes", -2.0), ("\nNo", -3.0)]
     assert match_candidates(alternatives, ["Yes", "No", "Maybe"]) == {
