@@ -20,6 +20,8 @@ from harness.backends.base import (
     BackendOptions,
     Completion,
     GenerateRequest,
+    LogprobRequest,
+    LogprobResult,
     SamplingParams,
     user_chat,
 )
@@ -49,9 +51,13 @@ class _Counting:
         self.completion_tokens += sum(c.usage.completion_tokens for c in out)
         return out
 
-    async def next_token_logprobs(self, requests, candidates):
+    async def next_token_logprobs(
+        self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
+    ) -> list[LogprobResult]:
+        out = await self.backend.next_token_logprobs(requests, candidates)
         self.calls += len(requests)
-        return await self.backend.next_token_logprobs(requests, candidates)
+        self.prompt_tokens += sum(r.usage.prompt_tokens for r in out)
+        return out
 
     async def probe(self) -> None:
         await self.backend.probe()

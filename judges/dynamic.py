@@ -11,7 +11,7 @@ the parser's complaint; if it fails again every score is None and the failure is
 Settings (`dynamic-rubric:generator=SPEC,...`): `generator` (model spec, required), `verifier` (default: the
 generator), `mode` (`per_item` | `batched` | `logprob`, default `per_item`, the paper's scheme), `gen_temperature`
 (0.7: AVG@5 needs a different rubric sample per seed), `gen_max_tokens` (1024), `verify_max_tokens` (16 per verdict;
-an answer sheet gets 16 x M).
+an answer sheet gets 16 x M; `logprob` generates nothing).
 
 Deviations from the paper: the prompts are ours (the paper's are not reproduced); `batched`/`logprob` verification
 and the single re-ask on unparsable output are additions; the static baseline uses our static prompt with whatever

@@ -2,56 +2,79 @@
 
 - `per_item` (the paper's scheme): one request per item x response (M*K), asking for one word, Yes or No.
 - `batched`: one request per response (K) listing every item; the model writes an answer sheet, one line per item:
-  `1: yes` / `2: no` / ... Exactly one verdict per item, or the whole sheet is rejected.
-- `logprob`: the `batched` prompt and sheet, generated greedily with the top-5 alternatives of every token; an item's
-  verdict is the probability of "yes" at the token where its answer was written,
-  `P(yes) = sum(exp(lp) of yes-variants) / sum(exp(lp) of yes- and no-variants)` over that position's top list
-  (variants: any token spelling "yes"/"no" after dropping case, spaces and punctuation). Soft verdicts lie in [0, 1].
-  Where the slot cannot be located or neither word is among the alternatives, the written (hard) verdict is used and
-  a note is left in `raw["notes"]`; only a sheet with no usable verdict is a failure.
+  `1: yes` / `2: no` / ... Exactly one verdict per item, or the whole sheet is rejected. The assistant turn is
+  prefilled with `1:`, end-of-sequence is held back until the sheet has had room for every line
+  (`min_tokens = SHEET_TOKENS_PER_ITEM * M - 3`, a lower bound for common tokenizers) and generation stops at
+  a blank line or at line M+1: small models that know the format but end after two or three lines then write
+  whole sheets. (Servers that ignore the prefill answer in a fresh turn; such a sheet, starting with `1:`
+  itself, is read as it is.)
+- `logprob`: the `per_item` question, read from the next-token distribution instead of generated. One request
+  per response (K) carries the M items as branches of one context (`LogprobRequest.branches`): the prompt and
+  response come first and are computed once where the backend allows (`hf`: one KV cache per response; `vllm`
+  and servers: prefix caching), then one position per item gives
+  `P(yes) = sum(exp(lp) of yes-variants) / sum(exp(lp) of yes- and no-variants)` over the candidates `YES_NO`.
+  Soft verdicts lie in [0, 1]; `raw["yes_no_mass"]` keeps the probability the two words carry at each position
+  (low mass: the model wanted to say something else). A cell where neither word is ranked (a server's top list
+  without them) is a PARSE failure of that cell.
 
 Deviations from the paper: `batched` and `logprob` are additions (the paper verifies item by item); they cut the
 requests from M*K to K. The verifier never sees the item weights. Every prompt puts the response before the items,
 so the requests for one response share a long prefix (servers with prefix caching reuse it).
 
-Parsing is strict; an unreadable answer is asked again once, with the parser's complaint, and then recorded as a
-PARSE failure (`StageFailure(stage="verify")`). All requests of a round go to the backend in one `generate` batch.
+Parsing is strict; an unreadable answer (`per_item`, `batched`) is asked again once, with the parser's
+complaint, and then recorded as a PARSE failure (`StageFailure(stage="verify")`). All requests of a round go
+to the backend in one batch.
 """
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harness.backends.base import Backend, Completion, GenerateRequest, Message, SamplingParams, TokenLogprob
+from harness.backends.base import (
+    Backend,
+    Completion,
+    GenerateRequest,
+    LogprobRequest,
+    Message,
+    SamplingParams,
+)
 from harness.errors import Failure, FailureCategory
 from judges.base import StageFailure
 from judges.rubric import Rubric
-from judges.templates import render_template
+from judges.templates import load_template, render, render_template
 
 __all__ = [
-    "LOGPROB_TOP",
+    "SHEET_PREFILL",
+    "SHEET_TOKENS_PER_ITEM",
     "VERIFY_MODES",
+    "YES_NO",
     "Ask",
     "Verification",
     "VerdictParseError",
     "VerifyMode",
     "ask_all",
+    "continue_prefill",
+    "item_question_parts",
     "p_yes",
     "parse_answer_sheet",
     "parse_yes_no",
-    "soft_verdicts",
+    "sheet_params",
     "verify",
 ]
 
 VerifyMode = Literal["per_item", "batched", "logprob"]
 VERIFY_MODES: tuple[str, ...] = ("per_item", "batched", "logprob")
-LOGPROB_TOP = 5
-"""Alternatives requested per token in `logprob` mode."""
+YES_NO = ("Yes", "No", "yes", "no")
+"""The candidate first tokens `logprob` mode scores (backends also try each with a leading space)."""
+SHEET_PREFILL = "1:"
+"""How `batched` mode starts the assistant's answer sheet."""
+SHEET_TOKENS_PER_ITEM = 4
+"""Tokens of one sheet line (`2: no` plus its newline) in common tokenizers, for the sheet's `min_tokens`."""
 
 
 class VerdictParseError(ValueError):
@@ -91,10 +114,10 @@ def parse_yes_no(text: str) -> bool:
     return word == "yes"
 
 
-def _sheet_entries(text: str, n_items: int) -> tuple[dict[int, tuple[bool, int]], list[str]]:
-    """Item number -> (verdict, offset of the yes/no word in `text`), and the problems found."""
+def _sheet_entries(text: str, n_items: int) -> tuple[dict[int, bool], list[str]]:
+    """Item number -> verdict, and the problems found."""
     start = _answer_start(text)
-    entries: dict[int, tuple[bool, int]] = {}
+    entries: dict[int, bool] = {}
     problems: list[str] = []
     for m in _SHEET_LINE.finditer(text, start):
         number = int(m.group(1))
@@ -103,7 +126,7 @@ def _sheet_entries(text: str, n_items: int) -> tuple[dict[int, tuple[bool, int]]
         elif number in entries:
             problems.append(f"item {number} is answered more than once")
         else:
-            entries[number] = (m.group(2).casefold() == "yes", m.start(2))
+            entries[number] = m.group(2).casefold() == "yes"
     if not entries and not problems:
         problems.append("found no lines of the form `1: yes` or `1: no`")
     else:
@@ -122,7 +145,7 @@ def parse_answer_sheet(text: str, n_items: int) -> list[bool]:
     entries, problems = _sheet_entries(text, n_items)
     if problems:
         raise VerdictParseError("; ".join(problems))
-    return [entries[i][0] for i in range(1, n_items + 1)]
+    return [entries[i] for i in range(1, n_items + 1)]
 
 
 def _word(token: str) -> str:
@@ -136,21 +159,8 @@ def p_yes(top: Mapping[str, float]) -> float | None:
     return yes / (yes + no) if yes + no > 0 else None
 
 
-def soft_verdicts(tokens: Sequence[TokenLogprob], n_items: int) -> list[float | None]:
-    """Per item, P(yes) at the token where the sheet written by `tokens` answers it (None: not located/ranked)."""
-    starts, offset = [], 0
-    for t in tokens:
-        starts.append(offset)
-        offset += len(t.token)
-    entries, _ = _sheet_entries("".join(t.token for t in tokens), n_items)
-    out: list[float | None] = []
-    for number in range(1, n_items + 1):
-        if number not in entries or not tokens:
-            out.append(None)
-            continue
-        position = bisect.bisect_right(starts, entries[number][1]) - 1
-        out.append(p_yes(tokens[position].top))
-    return out
+def _yes_no_mass(top: Mapping[str, float]) -> float:
+    return sum(math.exp(lp) for tok, lp in top.items() if _word(tok) in ("yes", "no"))
 
 
 # --- asking, with one re-ask on a parse failure ---
@@ -166,18 +176,29 @@ class Ask:
     """Reads the completion; raises a `ValueError` (its message is the complaint) when it cannot."""
     retry: Callable[[str], str]
     """The user message of the re-ask, given the complaint."""
+    prefix: str = ""
+    """A prefill for the assistant turn (sent on the re-ask too); see `continue_prefill`."""
     result: Any = None
     failure: Failure | None = None
     texts: list[str] = field(default_factory=list)
-    """The model's answers, first and (if re-asked) second."""
+    """The model's answers, first and (if re-asked) second, each with its prefill."""
     problem: str | None = None
     """The complaint sent on the re-ask, if any."""
+
+
+def continue_prefill(prefix: str, text: str) -> str:
+    """The whole answer to a prefilled request: `prefix + text`, or `text` alone when it already starts with
+    the prefix (a server that ignored the prefill and answered in a fresh turn)."""
+    if prefix and not text.lstrip().startswith(prefix):
+        return prefix + text
+    return text
 
 
 async def ask_all(backend: Backend, asks: Sequence[Ask]) -> tuple[int, int]:
     """Send every ask in one `generate` batch, re-ask the unreadable ones once (again in one batch).
 
-    Each ask ends with `result` set or `failure` set (the backend's own, or PARSE after the re-ask).
+    Each ask ends with `result` set or `failure` set (the backend's own, or PARSE after the re-ask). `parse`
+    sees the completion with its prefill joined on (`continue_prefill`).
 
     Returns:
         (requests sent, requests not served by the call cache).
@@ -187,7 +208,8 @@ async def ask_all(backend: Backend, asks: Sequence[Ask]) -> tuple[int, int]:
     for attempt in (1, 2):
         if not pending:
             break
-        completions = await backend.generate([GenerateRequest(a.messages, a.params) for a in pending])
+        batch = [GenerateRequest(a.messages, a.params, a.prefix) for a in pending]
+        completions = await backend.generate(batch)
         if len(completions) != len(pending):  # a broken backend, not a bad answer: never guess the alignment
             raise RuntimeError(f"backend {backend.model!r} returned {len(completions)} results for {len(pending)}")
         requests += len(pending)
@@ -200,16 +222,17 @@ async def ask_all(backend: Backend, asks: Sequence[Ask]) -> tuple[int, int]:
             if len(c.texts) != 1:
                 a.failure = Failure(FailureCategory.MALFORMED_RESPONSE, f"expected 1 text, got {len(c.texts)}")
                 continue
-            a.texts.append(c.texts[0])
+            text = continue_prefill(a.prefix, c.texts[0])
+            a.texts.append(text)
             try:
-                a.result = a.parse(c)
+                a.result = a.parse(dataclasses.replace(c, texts=(text,)))
             except ValueError as exc:
                 if attempt == 2:
                     message = f"unreadable after a re-ask: {exc} (first answer: {a.problem})"
                     a.failure = Failure(FailureCategory.PARSE, message, attempts=2)
                     continue
                 a.problem = str(exc)
-                a.messages += (Message("assistant", c.texts[0]), Message("user", a.retry(str(exc))))
+                a.messages += (Message("assistant", text), Message("user", a.retry(str(exc))))
                 again.append(a)
         pending = again
     return requests, calls
@@ -225,13 +248,15 @@ class Verification:
     verdicts: list[list[float | None]]
     """Items x responses: 0/1, or P(yes) in `logprob` mode; None where verification failed."""
     failures: tuple[StageFailure, ...]
-    """One per failed request (per item x response in `per_item`, per response otherwise)."""
+    """One per failed request (per item x response in `per_item`, per response otherwise), plus, in `logprob`
+    mode, one per cell whose position ranked neither word."""
     requests: int
     """Requests sent to the backend, re-asks included."""
     calls: int
     """Of those, the ones not served by the call cache."""
     raw: dict[str, Any]
-    """`answers` (final texts), `retries` (first answers and complaints), `notes` (logprob fallbacks)."""
+    """`per_item`/`batched`: `answers` (final texts) and `retries` (first answers and complaints); `logprob`:
+    `yes_no_mass` (items x responses)."""
 
 
 def _sheet(prompt: str, response: str, rubric: Rubric) -> str:
@@ -239,18 +264,26 @@ def _sheet(prompt: str, response: str, rubric: Rubric) -> str:
     return render_template("verify_sheet", prompt=prompt, response=response, criteria=criteria, count=len(rubric))
 
 
-def _read_sheet(n_items: int, notes: list[str], k: int) -> Callable[[Completion], list[float]]:
-    def parse(c: Completion) -> list[float]:
-        hard = parse_answer_sheet(c.texts[0], n_items)
-        if c.logprobs is None:  # batched mode, or a backend that returned none
-            return [float(v) for v in hard]
-        soft = soft_verdicts(c.logprobs[0], n_items)
-        for m, s in enumerate(soft):
-            if s is None:
-                notes.append(f"response {k} item {m}: no yes/no alternative at the answer; used the written verdict")
-        return [float(h) if s is None else s for h, s in zip(hard, soft)]
+def sheet_params(n_items: int, max_tokens: int) -> SamplingParams:
+    """Greedy sampling for an answer sheet of `n_items` lines (see the module docstring)."""
+    budget = max_tokens * n_items
+    return SamplingParams(
+        temperature=0.0,
+        max_tokens=budget,
+        min_tokens=min(budget, max(0, SHEET_TOKENS_PER_ITEM * n_items - 3)),
+        stop=("\n\n", f"\n{n_items + 1}:"),
+    )
 
-    return parse
+
+_CRITERION = "\x00criterion\x00"
+
+
+def item_question_parts(prompt: str, response: str) -> tuple[str, str]:
+    """The `per_item` question split around its criterion: `(head, tail)`, so `head + criterion + tail` is the
+    question `per_item` asks about that criterion."""
+    text = render(load_template("verify_item"), prompt=prompt, response=response, criterion=_CRITERION)
+    head, tail = text.split(_CRITERION)
+    return head, tail
 
 
 async def verify(
@@ -270,16 +303,18 @@ async def verify(
         responses: the K responses, in input order.
         rubric: the M items (weights are not shown to the verifier).
         mode: `per_item`, `batched` or `logprob` (see the module docstring).
-        max_tokens: token budget per verdict; a sheet gets `max_tokens * M`.
+        max_tokens: token budget per verdict (`per_item`); a sheet gets `max_tokens * M`. Unused by `logprob`.
 
     Returns:
         The verdict matrix (M x K), failures and request counts.
     """
     if mode not in VERIFY_MODES:
         raise ValueError(f"unknown verify mode {mode!r}; valid: {', '.join(VERIFY_MODES)}")
+    if mode == "logprob":
+        return await _verify_logprob(backend, prompt, responses, rubric)
     n_items, k_resp = len(rubric), len(responses)
     verdicts: list[list[float | None]] = [[None] * k_resp for _ in range(n_items)]
-    notes: list[str] = []
+    cells: list[tuple[int | None, int]]
     if mode == "per_item":
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
         cells = [(m, k) for k in range(k_resp) for m in range(n_items)]  # response-major: shared prefixes adjacent
@@ -295,15 +330,15 @@ async def verify(
             for m, k in cells
         ]
     else:
-        top = LOGPROB_TOP if mode == "logprob" else 0
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens * n_items, logprobs=top)
+        params = sheet_params(n_items, max_tokens)
         cells = [(None, k) for k in range(k_resp)]
         asks = [
             Ask(
                 (Message("user", _sheet(prompt, responses[k], rubric)),),
                 params,
-                _read_sheet(n_items, notes, k),
+                lambda c: [float(v) for v in parse_answer_sheet(c.texts[0], n_items)],
                 lambda problem: render_template("retry_sheet", problem=problem, count=n_items),
+                prefix=SHEET_PREFILL,
             )
             for _, k in cells
         ]
@@ -325,7 +360,36 @@ async def verify(
                 row[k] = value
         else:
             verdicts[m][k] = a.result
-    raw: dict[str, Any] = {"answers": answers, "retries": retries}
-    if mode == "logprob":
-        raw["notes"] = notes
-    return Verification(verdicts, tuple(failures), requests, calls, raw)
+    return Verification(verdicts, tuple(failures), requests, calls, {"answers": answers, "retries": retries})
+
+
+async def _verify_logprob(
+    backend: Backend, prompt: str, responses: Sequence[str], rubric: Rubric
+) -> Verification:
+    n_items, k_resp = len(rubric), len(responses)
+    verdicts: list[list[float | None]] = [[None] * k_resp for _ in range(n_items)]
+    mass: list[list[float | None]] = [[None] * k_resp for _ in range(n_items)]
+    requests = []
+    for response in responses:
+        head, tail = item_question_parts(prompt, response)
+        branches = tuple(c + tail for c in rubric.criteria)
+        requests.append(LogprobRequest((Message("user", head),), branches=branches))
+    results = await backend.next_token_logprobs(requests, YES_NO)
+    if len(results) != len(requests):  # a broken backend, not a bad answer: never guess the alignment
+        raise RuntimeError(f"backend {backend.model!r} returned {len(results)} results for {len(requests)}")
+    failures = []
+    for k, result in enumerate(results):
+        if result.error is None and len(result.branches) != n_items:
+            got = f"{len(result.branches)} branch results for {n_items} items"
+            result = dataclasses.replace(result, error=Failure(FailureCategory.MALFORMED_RESPONSE, got))
+        if result.error is not None:
+            failures.append(StageFailure("verify", result.error, response=k))
+            continue
+        for m, top in enumerate(result.branches):
+            mass[m][k] = _yes_no_mass(top)
+            verdicts[m][k] = p_yes(top)
+            if verdicts[m][k] is None:
+                unranked = Failure(FailureCategory.PARSE, "neither Yes nor No among the next tokens ranked")
+                failures.append(StageFailure("verify", unranked, response=k, item=m))
+    calls = sum(not r.cached for r in results)
+    return Verification(verdicts, tuple(failures), len(requests), calls, {"yes_no_mass": mass})

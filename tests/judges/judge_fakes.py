@@ -1,9 +1,11 @@
 """A scripted judge backend for rubric tests: answers generator and verifier prompts from a truth table.
 
 It reads the request the way a model would: a rubric request gets the next scripted rubric text; a one-item
-verification gets Yes/No from `truth[(response, criterion)]`; an answer-sheet request gets `i: yes|no` lines. A
-`hook(request)` can override any answer (a text, a `Failure`, or a whole `Completion`). When a request asks for
-logprobs, every token carries a top list; yes/no tokens get `answer_top[word]`.
+verification gets Yes/No from `truth[(response, criterion)]`; an answer-sheet request gets `i: yes|no` lines
+(honouring a prefill: the text returned continues `assistant_prefix`). A `hook(request)` can override any answer
+(a text, returned as it is, a `Failure`, or a whole `Completion`). `next_token_logprobs` scores each context of a
+request (branches included) like the one-item question: `answer_logprobs["yes" | "no"]` by the truth table;
+`logprob_hook(context_text)` can override a context (a dict or a `Failure`).
 """
 
 from __future__ import annotations
@@ -12,11 +14,18 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
-from harness.backends.base import Completion, GenerateRequest, TokenLogprob, Usage
+from harness.backends.base import (
+    Completion,
+    GenerateRequest,
+    LogprobRequest,
+    LogprobResult,
+    TokenLogprob,
+    Usage,
+)
 from harness.errors import Failure
 
-YES_TOP = {" yes": math.log(0.8), " Yes": math.log(0.1), " no": math.log(0.1)}  # P(yes) = 0.9
-NO_TOP = {" no": math.log(0.7), " yes": math.log(0.2), "\n": math.log(0.1)}  # P(yes) = 0.2 / 0.9
+YES_LOGPROBS = {"Yes": math.log(0.8), "yes": math.log(0.1), "No": math.log(0.1)}  # P(yes) = 0.9, mass 1.0
+NO_LOGPROBS = {"No": math.log(0.5), "no": math.log(0.1), "Yes": math.log(0.15)}  # P(yes) = 0.2, mass 0.75
 _TOKEN = re.compile(r"\s*[A-Za-z]+|\s*\d+|\s*[^\sA-Za-z\d]|\s+")
 
 
@@ -42,14 +51,17 @@ class FakeJudge:
         rubrics: Sequence[str | Failure] = (),
         truth: dict[tuple[str, str], bool] | None = None,
         hook: Callable[[GenerateRequest], str | Failure | Completion | None] | None = None,
+        logprob_hook: Callable[[str], dict[str, float] | Failure | None] | None = None,
         model: str = "fake-judge",
     ) -> None:
         self.model = model
         self.rubrics = list(rubrics)
         self.truth = truth or {}
         self.hook = hook
-        self.answer_top = {"yes": YES_TOP, "no": NO_TOP}
+        self.logprob_hook = logprob_hook
+        self.answer_logprobs = {"yes": YES_LOGPROBS, "no": NO_LOGPROBS}
         self.batches: list[list[GenerateRequest]] = []
+        self.logprob_batches: list[list[LogprobRequest]] = []
 
     @property
     def requests(self) -> list[GenerateRequest]:
@@ -64,8 +76,25 @@ class FakeJudge:
     async def close(self) -> None:
         return None
 
-    async def next_token_logprobs(self, requests, candidates):  # pragma: no cover - not used by rubric judges
-        raise NotImplementedError
+    async def next_token_logprobs(self, requests, candidates) -> list[LogprobResult]:
+        self.logprob_batches.append(list(requests))
+        return [self._score(r, candidates) for r in requests]
+
+    def _score(self, request: LogprobRequest, candidates) -> LogprobResult:
+        found = []
+        for context in request.contexts():
+            text = context[0].content
+            answer = self.logprob_hook(text) if self.logprob_hook else None
+            if isinstance(answer, Failure):
+                return LogprobResult({}, error=answer)
+            if answer is None:
+                response = _between(text, "[Response]\n", "\n[End of Response]")
+                criterion = _between(text, "\nCriterion: ", "\n")
+                answer = self.answer_logprobs["yes" if self.truth.get((response, criterion), False) else "no"]
+            found.append({c: answer.get(c, -math.inf) for c in candidates})
+        if request.branches:
+            return LogprobResult({}, branches=tuple(found), usage=Usage(10 * len(found), 0))
+        return LogprobResult(found[0], usage=Usage(10, 0))
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         self.batches.append(list(requests))
@@ -75,6 +104,8 @@ class FakeJudge:
         answer = self.hook(request) if self.hook else None
         if answer is None:
             answer = self._scripted(request)
+            if isinstance(answer, str) and answer.startswith(request.assistant_prefix):
+                answer = answer[len(request.assistant_prefix) :]
         if isinstance(answer, Completion):
             return answer
         if isinstance(answer, Failure):
@@ -85,8 +116,7 @@ class FakeJudge:
         return Completion((answer,), Usage(10, 5), logprobs=logprobs)
 
     def _token(self, token: str) -> TokenLogprob:
-        top = self.answer_top.get(token.strip().casefold(), {token: 0.0})
-        return TokenLogprob(token, top.get(token, 0.0), dict(top))
+        return TokenLogprob(token, 0.0, {token: 0.0})
 
     def _scripted(self, request: GenerateRequest) -> str | Failure:
         first = request.messages[0].content

@@ -32,3 +32,17 @@ def test_example_size_is_checked():
         bench_verify.load_example(11, 2)
     with pytest.raises(ConfigError, match="--responses must be in 1..6"):
         bench_verify.load_example(2, 7)
+
+
+@pytest.mark.slow
+def test_smollm2_answer_sheet_and_logprob_modes_need_a_quarter_of_the_calls():
+    results = asyncio.run(bench_verify.run_bench_verify("smollm2-135m", items=6, responses=4))
+    per_item, batched, logprob = results
+    assert per_item.calls >= 24
+    # The prefilled sheet is written whole on the first ask (no re-ask), and logprob needs no generation.
+    assert batched.calls == logprob.calls == 4
+    assert per_item.calls / batched.calls >= 4 and per_item.calls / logprob.calls >= 4
+    assert batched.failed_cells == 0 and logprob.failed_cells == 0
+    assert logprob.completion_tokens == 0 and logprob.prompt_tokens < per_item.prompt_tokens
+    assert logprob.agreement is not None and batched.agreement is not None
+    print(bench_verify.format_bench_verify(results, spec="smollm2-135m", items=6, responses=4))

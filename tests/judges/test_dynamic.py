@@ -85,7 +85,8 @@ def test_scores_are_the_aggregate_of_the_verdicts(mode, verify_requests):
     if mode != "logprob":
         assert trace.verdicts == EXPECTED_VERDICTS
     assert list(result.scores) == pytest.approx(list(aggregate(weights, trace.verdicts)))
-    assert trace.calls == 1 + verify_requests and len(judge.batches) == 2  # rubric, then one verification batch
+    # The rubric, then one verification batch (generated, or scored for logprob).
+    assert trace.calls == 1 + verify_requests and len(judge.batches) + len(judge.logprob_batches) == 2
     p = np.mean(trace.verdicts, axis=1)
     assert trace.pass_rates == pytest.approx(list(p))
     assert trace.discriminability == pytest.approx(list(p * (1 - p)))

@@ -6,18 +6,21 @@ import asyncio
 import math
 
 import pytest
-from judge_fakes import FakeJudge, tokenise
+from judge_fakes import FakeJudge
 
-from harness.backends.base import Completion, TokenLogprob
+from harness.backends.base import Completion, LogprobResult
 from harness.errors import Failure, FailureCategory
 from judges.rubric import Rubric, RubricItem
 from judges.templates import load_template, render, render_template, response_label
 from judges.verify import (
+    SHEET_PREFILL,
+    YES_NO,
     VerdictParseError,
+    continue_prefill,
+    item_question_parts,
     p_yes,
     parse_answer_sheet,
     parse_yes_no,
-    soft_verdicts,
     verify,
 )
 
@@ -81,15 +84,18 @@ def test_p_yes_matches_a_hand_computed_value():
     assert p_yes({" yes": -math.inf, " no": -0.5}) == 0.0
 
 
-def test_soft_verdicts_read_the_position_where_each_answer_was_written():
-    top2 = {" no": math.log(0.5), " yes": math.log(0.3), " NO": math.log(0.1), "\n": math.log(0.1)}
-    tokens = [
-        TokenLogprob(t, 0.0, {t: 0.0})
-        for t in tokenise("1: yes\n2:")
-    ] + [TokenLogprob(" no", math.log(0.5), top2), TokenLogprob("\n3", 0.0, {"\n3": 0.0})]
-    tokens += [TokenLogprob(t, 0.0, {t: 0.0}) for t in tokenise(": maybe")]
-    # item 1: top holds only " yes" itself -> 1.0; item 2: 0.3 / (0.5 + 0.3 + 0.1); item 3: no yes/no written
-    assert soft_verdicts(tokens, 3) == pytest.approx([1.0, 0.3 / 0.9, None])  # type: ignore[arg-type]
+def test_continue_prefill_joins_a_continuation_but_not_a_fresh_answer():
+    assert continue_prefill("1:", " yes\n2: no") == "1: yes\n2: no"  # the prefill was continued
+    assert continue_prefill("1:", "1: yes\n2: no") == "1: yes\n2: no"  # a fresh turn that wrote it itself
+    assert continue_prefill("1:", "\n 1: yes") == "\n 1: yes"
+    assert continue_prefill("", "anything") == "anything"
+
+
+def test_item_question_parts_rebuild_the_per_item_question():
+    head, tail = item_question_parts("What is 2+2?", RESPONSES[0])
+    expected = render_template("verify_item", prompt="What is 2+2?", response=RESPONSES[0], criterion="States 4")
+    assert head + "States 4" + tail == expected
+    assert RESPONSES[0] in head and "Criterion" not in tail
 
 
 # --- the three modes on a known fake ---
@@ -107,32 +113,79 @@ def test_hard_modes_return_the_fakes_verdicts(mode):
     assert all(r.params.greedy and r.params.logprobs == 0 for r in judge.requests)
 
 
+def test_batched_prefills_the_sheet_and_holds_back_its_end():
+    judge = FakeJudge(truth=TRUTH)
+    found = run(judge, "batched")
+    for request in judge.requests:
+        assert request.assistant_prefix == SHEET_PREFILL == "1:"
+        assert request.params.min_tokens == 4 * len(RUBRIC) - 3  # room for every `N: yes` line
+        assert request.params.max_tokens == 8 * len(RUBRIC)
+        assert request.params.stop == ("\n\n", "\n3:")  # a blank line, or a line past the last item
+    assert found.raw["answers"] == ["1: yes\n2: yes", "1: no\n2: no"]  # the prefill joined on
+
+
+def test_batched_reads_a_sheet_from_a_server_that_ignored_the_prefill():
+    judge = FakeJudge(hook=lambda r: "1: no\n2: yes")  # a fresh turn: the sheet written in full
+    found = run(judge, "batched")
+    assert found.verdicts == [[0.0, 0.0], [1.0, 1.0]] and found.failures == ()
+
+
 def test_logprob_mode_gives_soft_verdicts_from_one_request_per_response():
     judge = FakeJudge(truth=TRUTH)
     found = run(judge, "logprob")
-    p_yes_no = 0.2 / 0.9  # NO_TOP in the fake
-    assert found.verdicts == [[pytest.approx(0.9), pytest.approx(p_yes_no)]] * 2
-    assert found.failures == () and found.raw["notes"] == []
-    assert found.requests == len(RESPONSES) and len(judge.batches) == 1
-    assert all(r.params.logprobs == 5 and r.params.greedy for r in judge.requests)
-    assert all(r.params.max_tokens == 8 * len(RUBRIC) for r in judge.requests)
+    assert found.verdicts == [[pytest.approx(0.9), pytest.approx(0.2)]] * 2  # P(yes) of the fake's tables
+    assert found.raw["yes_no_mass"] == [[pytest.approx(1.0), pytest.approx(0.75)]] * 2
+    assert found.failures == () and found.requests == found.calls == len(RESPONSES)
+    assert judge.batches == [] and len(judge.logprob_batches) == 1  # no generation; one batch
+    for request, response in zip(judge.logprob_batches[0], RESPONSES):
+        # The per_item question, one branch per criterion after a shared prompt + response.
+        head, tail = item_question_parts("What is 2+2?", response)
+        assert request.messages[-1].content == head
+        assert request.branches == tuple(c + tail for c in RUBRIC.criteria)
 
 
-def test_logprob_mode_falls_back_to_the_written_verdict_with_a_note():
+def test_logprob_mode_agrees_with_per_item_on_the_same_questions():
     judge = FakeJudge(truth=TRUTH)
-    judge.answer_top["no"] = {" no": 0.0, "\n": -2.0}  # greedy "no" but no "yes" alternative: still a slot, P = 0
-    judge.answer_top["yes"] = {" sure": -0.1, " ok": -2.0}  # neither word among the alternatives
-    found = run(judge, "logprob")
-    assert found.verdicts == EXPECTED
-    assert found.failures == ()
-    assert len(found.raw["notes"]) == 2 and "response 0 item 0" in found.raw["notes"][0]
+    hard = run(judge, "per_item").verdicts
+    soft = run(judge, "logprob").verdicts
+    assert [[v >= 0.5 for v in row] for row in soft] == [[v == 1.0 for v in row] for row in hard]
 
 
-def test_logprob_mode_without_logprobs_from_the_backend_uses_the_written_sheet():
-    judge = FakeJudge(hook=lambda r: Completion(("1: yes\n2: no",)))
+def test_logprob_cell_without_yes_or_no_is_a_failure_of_that_cell():
+    def hook(context: str):
+        return {"Maybe": -0.1} if "It is 5." in context and "Shows the working" in context else None
+
+    found = run(FakeJudge(truth=TRUTH, logprob_hook=hook), "logprob")
+    assert found.verdicts == [[pytest.approx(0.9), pytest.approx(0.2)], [pytest.approx(0.9), None]]
+    (failure,) = found.failures
+    assert (failure.stage, failure.item, failure.response) == ("verify", 1, 1)
+    assert failure.failure.category is FailureCategory.PARSE and "neither Yes nor No" in failure.failure.message
+    assert found.raw["yes_no_mass"][1][1] == 0.0
+
+
+def test_logprob_backend_failure_and_a_short_answer_fail_the_response():
+    down = Failure(FailureCategory.TIMEOUT, "no answer in 120 s", 6)
+    judge = FakeJudge(truth=TRUTH, logprob_hook=lambda c: down if "It is 5." in c else None)
     found = run(judge, "logprob")
-    assert found.verdicts == [[1.0, 1.0], [0.0, 0.0]]
-    assert found.failures == ()
+    assert found.verdicts == [[pytest.approx(0.9), None], [pytest.approx(0.9), None]]
+    assert [(f.response, f.item, f.failure) for f in found.failures] == [(1, None, down)]
+
+    async def short(requests, candidates):
+        return [LogprobResult({}, branches=({c: -1.0 for c in candidates},)) for _ in requests]
+
+    judge.next_token_logprobs = short
+    found = run(judge, "logprob")
+    assert all(v is None for row in found.verdicts for v in row)
+    assert [f.failure.category for f in found.failures] == [FailureCategory.MALFORMED_RESPONSE] * 2
+    assert "1 branch results for 2 items" in found.failures[0].failure.message
+
+
+def test_logprob_candidates_are_both_cases_of_both_words():
+    assert set(YES_NO) == {"Yes", "No", "yes", "no"}
+    judge = FakeJudge(truth=TRUTH)
+    judge.answer_logprobs["yes"] = {"yes": math.log(0.3), "Yes": math.log(0.3), "no": math.log(0.2)}
+    found = run(judge, "logprob")
+    assert found.verdicts[0][0] == pytest.approx(0.6 / 0.8)
 
 
 # --- re-asks and failures ---
@@ -179,6 +232,7 @@ def test_batched_sheet_with_a_missing_item_is_reasked_then_recorded():
     assert [len(b) for b in judge.batches] == [2, 1]
     assert "no answer for item(s) 2" in judge.batches[1][0].messages[-1].content
     assert "exactly 2 lines" in judge.batches[1][0].messages[-1].content
+    assert judge.batches[1][0].assistant_prefix == "1:"  # the re-ask is prefilled too
     (failure,) = found.failures
     assert (failure.stage, failure.response, failure.item) == ("verify", 1, None)
     assert failure.failure.category is FailureCategory.PARSE and "no answer for item(s) 2" in failure.failure.message
