@@ -123,7 +123,7 @@ class RubricEvaluator:
         ask = Ask(
             (Message("user", text),),
             params,
-            lambda c: parse_rubric(c.texts[0]),
+            parse_rubric,
             lambda problem: render_template("retry_rubric", problem=problem),
         )
         _, calls = await ask_all(self.generator, [ask])

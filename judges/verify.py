@@ -35,14 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harness.backends.base import (
-    Backend,
-    Completion,
-    GenerateRequest,
-    LogprobRequest,
-    Message,
-    SamplingParams,
-)
+from harness.backends.base import Backend, GenerateRequest, LogprobRequest, Message, SamplingParams
 from harness.errors import Failure, FailureCategory
 from judges.base import StageFailure
 from judges.rubric import Rubric
@@ -152,15 +145,17 @@ def _word(token: str) -> str:
     return re.sub(r"[^a-z]", "", token.casefold())
 
 
-def p_yes(top: Mapping[str, float]) -> float | None:
-    """P(yes) among the yes/no variants of one position's alternatives; None when neither word is there."""
+def _yes_no(top: Mapping[str, float]) -> tuple[float, float]:
+    """The probability the yes-variants and the no-variants of one position's alternatives carry."""
     yes = sum(math.exp(lp) for tok, lp in top.items() if _word(tok) == "yes")
     no = sum(math.exp(lp) for tok, lp in top.items() if _word(tok) == "no")
+    return yes, no
+
+
+def p_yes(top: Mapping[str, float]) -> float | None:
+    """P(yes) among the yes/no variants of one position's alternatives; None when neither word is there."""
+    yes, no = _yes_no(top)
     return yes / (yes + no) if yes + no > 0 else None
-
-
-def _yes_no_mass(top: Mapping[str, float]) -> float:
-    return sum(math.exp(lp) for tok, lp in top.items() if _word(tok) in ("yes", "no"))
 
 
 # --- asking, with one re-ask on a parse failure ---
@@ -172,8 +167,8 @@ class Ask:
 
     messages: tuple[Message, ...]
     params: SamplingParams
-    parse: Callable[[Completion], Any]
-    """Reads the completion; raises a `ValueError` (its message is the complaint) when it cannot."""
+    parse: Callable[[str], Any]
+    """Reads the answer text (prefill joined on); raises a `ValueError` (its message is the complaint)."""
     retry: Callable[[str], str]
     """The user message of the re-ask, given the complaint."""
     prefix: str = ""
@@ -198,7 +193,7 @@ async def ask_all(backend: Backend, asks: Sequence[Ask]) -> tuple[int, int]:
     """Send every ask in one `generate` batch, re-ask the unreadable ones once (again in one batch).
 
     Each ask ends with `result` set or `failure` set (the backend's own, or PARSE after the re-ask). `parse`
-    sees the completion with its prefill joined on (`continue_prefill`).
+    sees the answer with its prefill joined on (`continue_prefill`).
 
     Returns:
         (requests sent, requests not served by the call cache).
@@ -225,7 +220,7 @@ async def ask_all(backend: Backend, asks: Sequence[Ask]) -> tuple[int, int]:
             text = continue_prefill(a.prefix, c.texts[0])
             a.texts.append(text)
             try:
-                a.result = a.parse(dataclasses.replace(c, texts=(text,)))
+                a.result = a.parse(text)
             except ValueError as exc:
                 if attempt == 2:
                     message = f"unreadable after a re-ask: {exc} (first answer: {a.problem})"
@@ -324,7 +319,7 @@ async def verify(
                     "verify_item", prompt=prompt, response=responses[k], criterion=rubric.criteria[m]
                 )),),
                 params,
-                lambda c: float(parse_yes_no(c.texts[0])),
+                lambda text: float(parse_yes_no(text)),
                 lambda problem: render_template("retry_item", problem=problem),
             )
             for m, k in cells
@@ -336,7 +331,7 @@ async def verify(
             Ask(
                 (Message("user", _sheet(prompt, responses[k], rubric)),),
                 params,
-                lambda c: [float(v) for v in parse_answer_sheet(c.texts[0], n_items)],
+                lambda text: [float(v) for v in parse_answer_sheet(text, n_items)],
                 lambda problem: render_template("retry_sheet", problem=problem, count=n_items),
                 prefix=SHEET_PREFILL,
             )
@@ -386,7 +381,7 @@ async def _verify_logprob(
             failures.append(StageFailure("verify", result.error, response=k))
             continue
         for m, top in enumerate(result.branches):
-            mass[m][k] = _yes_no_mass(top)
+            mass[m][k] = sum(_yes_no(top))
             verdicts[m][k] = p_yes(top)
             if verdicts[m][k] is None:
                 unranked = Failure(FailureCategory.PARSE, "neither Yes nor No among the next tokens ranked")

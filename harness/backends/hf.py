@@ -626,18 +626,13 @@ class HFBackend:
         single: list[tuple[int, list[int]]] = []
         branched: list[tuple[int, list[list[int]]]] = []
         for i, req in enumerate(requests):
-            encoded: list[list[int]] = []
-            for context in req.contexts():
-                ids, failure = self._prompt(context, req.assistant_prefix)
-                if failure is not None:
-                    results[i] = LogprobResult({}, error=failure)
-                    break
-                encoded.append(ids)  # type: ignore[arg-type]
+            encoded, failure = encode_contexts(req, self._prompt)
+            if failure is not None:
+                results[i] = LogprobResult({}, error=failure)
+            elif req.branches:
+                branched.append((i, encoded))
             else:
-                if req.branches:
-                    branched.append((i, encoded))
-                else:
-                    single.append((i, encoded[0]))
+                single.append((i, encoded[0]))
         single.sort(key=lambda t: -len(t[1]))
         size = self.options.batch_size
         for start in range(0, len(single), size):
@@ -667,8 +662,7 @@ class HFBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():
             out = self._lm(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1)
-            logits = out.logits
-            return list(torch.log_softmax(logits[:, -1, :].float(), dim=-1).cpu())
+            return list(torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).cpu())
 
     def _branch_logprobs(self, seqs: list[list[int]]) -> tuple[list[Any], int]:
         """Next-token log-softmax after each of `seqs`, computing the tokens they all share once.
@@ -678,7 +672,7 @@ class HFBackend:
         causal attention). Returns the rows and the number of prompt tokens computed.
         """
         torch = self._torch
-        shared = _common_prefix_length(seqs)
+        shared = len(os.path.commonprefix(seqs))  # works on any sequences, token lists included
         shared = min(shared, min(len(s) for s in seqs) - 1)  # each branch keeps a token whose logits are read
         device = self._lm.device
         rows: list[Any] = []
@@ -715,13 +709,18 @@ class HFBackend:
         return rows, shared + sum(len(s) - shared for s in seqs)
 
 
-def _common_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
-    """How many leading tokens every sequence shares."""
-    first, n = seqs[0], min(len(s) for s in seqs)
-    for k in range(n):
-        if any(s[k] != first[k] for s in seqs):
-            return k
-    return n
+def encode_contexts(
+    request: LogprobRequest, prompt: Callable[..., tuple[list[int] | None, Failure | None]]
+) -> tuple[list[list[int]], Failure | None]:
+    """Token ids of every context of `request` (see `LogprobRequest.contexts`), or the first failure of
+    `prompt(messages, assistant_prefix)` (the backend's renderer with its context check)."""
+    encoded = []
+    for context in request.contexts():
+        ids, failure = prompt(context, request.assistant_prefix)
+        if failure is not None:
+            return [], failure
+        encoded.append(ids)
+    return encoded, None  # type: ignore[return-value]
 
 
 def _pick(row: Any, cand_ids: dict[str, list[int]]) -> dict[str, float]:

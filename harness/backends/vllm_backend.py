@@ -257,7 +257,7 @@ class VLLMBackend:
         `options.top_logprobs` of one generated token; `-inf` for candidates outside them. Every context of
         every request (branches included) goes to the engine in one `generate` call; prefix caching computes
         what branches share once."""
-        from harness.backends.hf import candidate_token_ids
+        from harness.backends.hf import candidate_token_ids, encode_contexts
 
         cand_ids = {c: candidate_token_ids(self._tok, c) for c in candidates}
         params = self._vllm.SamplingParams(
@@ -266,13 +266,9 @@ class VLLMBackend:
         results: list[LogprobResult | None] = [None] * len(requests)
         todo: list[tuple[int, list[list[int]]]] = []
         for i, req in enumerate(requests):
-            encoded = []
-            for context in req.contexts():
-                ids, failure = self._prompt(context, req.assistant_prefix)
-                if failure is not None:
-                    results[i] = LogprobResult({}, error=failure)
-                    break
-                encoded.append(ids)
+            encoded, failure = encode_contexts(req, self._prompt)
+            if failure is not None:
+                results[i] = LogprobResult({}, error=failure)
             else:
                 todo.append((i, encoded))
         prompts = [ids for _, seqs in todo for ids in seqs]
