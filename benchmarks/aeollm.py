@@ -45,6 +45,7 @@ we compute with the listwise metrics (DESIGN.md §4): strict top-1 accuracy and 
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -53,6 +54,7 @@ from typing import Any, Literal
 from benchmarks import base
 from benchmarks.base import ListwiseItem
 from harness.errors import ConfigError
+from harness.jsonl import read_text
 from harness.registry import register
 
 HUB_ID = "THUIR/AEOLLM"
@@ -194,13 +196,13 @@ def _local_rows(data_dir: Path) -> Iterator[tuple[str, str, Any]]:
     csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))  # long stories and dialogues
     for subtask, name in zip(SUBTASKS, required):
         path = folder / name
-        with path.open(encoding="utf-8-sig", newline="") as fh:
-            reader = csv.DictReader(fh)
-            try:
-                for row in reader:
-                    yield f"{path}:{reader.line_num}", subtask, row
-            except csv.Error as exc:
-                raise ConfigError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
+        text = read_text(path).removeprefix("\ufeff")
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        try:
+            for row in reader:
+                yield f"{path}:{reader.line_num}", subtask, row
+        except csv.Error as exc:
+            raise ConfigError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
 
 
 def _hub_rows() -> Iterator[tuple[str, str, Any]]:

@@ -45,7 +45,6 @@ highest score) and nDCG over the 7 responses with rel = K - rank. Nectar itself 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -57,6 +56,7 @@ from typing import Any, Literal
 from benchmarks import base
 from benchmarks.base import ListwiseItem
 from harness.errors import ConfigError
+from harness.jsonl import read_jsonl
 from harness.registry import register
 
 HUB_ID = "berkeley-nest/Nectar"
@@ -166,19 +166,8 @@ def read_rows(path: Path) -> Iterator[tuple[int, str, Any]]:
         except OSError as exc:  # includes pyarrow's ArrowInvalid
             raise ConfigError(f"{path}: cannot read parquet ({exc})") from None
         return
-    index = 0
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(
-                    f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
-                ) from None
-            yield index, f"{path}:{lineno}", row
-            index += 1
+    for index, (where, row) in enumerate(read_jsonl(path)):
+        yield index, where, row
 
 
 def _local_file(data_dir: Path) -> Path:

@@ -48,7 +48,6 @@ models.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
@@ -57,6 +56,7 @@ from typing import Any, Literal
 from benchmarks import base
 from benchmarks.base import PairwiseItem, randomise_pair
 from harness.errors import ConfigError
+from harness.jsonl import read_json, read_jsonl, read_text
 from harness.registry import register
 
 HUB_ID = "QiyaoMa/Personalized-RewardBench"
@@ -144,24 +144,11 @@ def _read(path: Path) -> Iterator[tuple[str, Any]]:
         except OSError as exc:  # pyarrow's ArrowInvalid is an OSError subclass too
             raise ConfigError(f"{path}: cannot read parquet ({exc})") from None
         return
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
-            ) from None
+    if path.suffix == ".json" and read_text(path).lstrip().startswith("["):
+        records = read_json(path)
         yield from ((f"{path}: record {i}", r) for i, r in enumerate(records))
         return
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                yield f"{path}:{lineno}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(
-                    f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
-                ) from None
+    yield from read_jsonl(path)
 
 
 def _files(folder: Path, config: str) -> list[Path]:

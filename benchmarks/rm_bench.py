@@ -35,7 +35,6 @@ are available locally). Running a pairwise LLM judge on each cell is our adaptat
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
 from pathlib import Path
@@ -44,6 +43,7 @@ from typing import Any, Literal
 from benchmarks import base
 from benchmarks.base import PairwiseItem, randomise_pair
 from harness.errors import ConfigError
+from harness.jsonl import read_json
 from harness.registry import register
 
 HUB_ID = "THU-KEG/RM-Bench"
@@ -109,12 +109,7 @@ def _local_rows(folder: Path) -> Iterator[tuple[str, str, Any]]:
         path = folder / f"{domain}_filtered.json"
         if domain in OPTIONAL_DOMAINS and not path.is_file():
             continue
-        try:
-            records = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
-            ) from None
+        records = read_json(path)
         if not isinstance(records, list):
             raise ConfigError(f"{path}: expected a JSON array of records, got {type(records).__name__}")
         for index, row in enumerate(records):

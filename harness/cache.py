@@ -9,13 +9,15 @@ left out of the key.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import math
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from harness.backends.base import (
     Usage,
     chat_to_json,
 )
+from harness.errors import HarnessError
 from harness.paths import call_cache_path
 
 _SCHEMA = """
@@ -68,23 +71,67 @@ class CacheStats:
     """Entries per model identity."""
 
 
+class CacheError(HarnessError):
+    """The call cache cannot be used: a corrupt file, a read-only location, a full disk."""
+
+    corrupt: bool = False
+
+
 class CallCache:
-    """A process-safe SQLite key-value store of successful model outputs."""
+    """A process-safe SQLite key-value store of successful model outputs.
+
+    Every SQLite error becomes a `CacheError` that names the file and says what to do (clear a corrupt file,
+    make the location writable, free disk space, or bypass the cache with `--no-cache`).
+    """
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = Path(path) if path else call_cache_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA busy_timeout=60000")
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._error(exc) from None
+        with self._guarded():
+            self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+            self._conn.execute("PRAGMA busy_timeout=60000")
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.executescript(_SCHEMA)
+
+    @contextlib.contextmanager
+    def _guarded(self) -> Iterator[None]:
+        with self._lock:
+            try:
+                yield
+            except sqlite3.Error as exc:
+                raise self._error(exc) from None
+
+    def _error(self, exc: Exception) -> CacheError:
+        text = str(exc) or type(exc).__name__
+        low = text.lower()
+        corrupt = "not a database" in low or "malformed" in low
+        if corrupt:
+            hint = "the file is corrupt: `harness cache clear --yes` deletes it (or run with --no-cache)"
+        elif "readonly" in low or "read-only" in low or "unable to open" in low or "permission" in low:
+            hint = "make it writable, point $HARNESS_CALL_CACHE elsewhere, or run with --no-cache"
+        elif "full" in low or "no space" in low:
+            hint = "the disk is full: free space, point $HARNESS_CALL_CACHE elsewhere, or run with --no-cache"
+        else:
+            hint = "point $HARNESS_CALL_CACHE elsewhere, or run with --no-cache"
+        error = CacheError(f"call cache {self.path}: {text}; {hint}")
+        error.corrupt = corrupt
+        return error
+
+    @staticmethod
+    def delete_files(path: Path) -> None:
+        """Remove a cache database and its WAL/shared-memory files (for a file too corrupt to open)."""
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
 
     def get_many(self, keys: Sequence[str]) -> dict[str, object]:
         """The stored values of whichever `keys` are present (decoded JSON)."""
         found: dict[str, object] = {}
-        with self._lock:
+        with self._guarded():
             for start in range(0, len(keys), 500):
                 chunk = list(keys[start : start + 500])
                 marks = ",".join("?" * len(chunk))
@@ -98,7 +145,7 @@ class CallCache:
             return
         now = time.time()
         rows = [(k, model, json.dumps(v, ensure_ascii=False), now) for k, model, v in items]
-        with self._lock:
+        with self._guarded():
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 self._conn.executemany("INSERT OR IGNORE INTO calls VALUES (?, ?, ?, ?)", rows)
@@ -111,14 +158,14 @@ class CallCache:
         """Add to the lifetime hit/miss counters."""
         if not hits and not misses:
             return
-        with self._lock:
+        with self._guarded():
             self._conn.executemany(
                 "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
                 [("hits", hits), ("misses", misses)],
             )
 
     def stats(self) -> CacheStats:
-        with self._lock:
+        with self._guarded():
             entries = self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
             counters = dict(self._conn.execute("SELECT name, value FROM counters"))
             by_model = dict(
@@ -131,18 +178,18 @@ class CallCache:
 
     def clear(self, *, model: str | None = None) -> int:
         """Delete every entry (or those of one model label); returns how many were removed."""
-        with self._lock:
+        with self._guarded():
             if model is None:
                 n = self._conn.execute("DELETE FROM calls").rowcount
                 self._conn.execute("DELETE FROM counters")
             else:
                 n = self._conn.execute("DELETE FROM calls WHERE model = ?", (model,)).rowcount
-        with self._lock:
+        with self._guarded():
             self._conn.execute("VACUUM")
         return n
 
     def close(self) -> None:
-        with self._lock:
+        with self._guarded():
             self._conn.close()
 
 
@@ -206,7 +253,10 @@ def _completion_from(values: list[object], *, with_logprobs: bool, cached: bool,
 class CachedBackend:
     """Wraps a backend so every call goes through the call cache; counts calls and hits.
 
-    Implements the `Backend` protocol itself, so judges and runners never see the difference.
+    Implements the `Backend` protocol itself, so judges and runners never see the difference. The wrapped
+    backend is probed (`Backend.probe`: a server's reachability, a local model's loading) once, before the first
+    request the cache cannot answer, so a fully cached run needs neither the server nor the weights; a probe that
+    fails raises its `HarnessError` to every caller, which stops the run.
     """
 
     def __init__(self, backend: Backend, cache: CallCache | None) -> None:
@@ -219,18 +269,23 @@ class CachedBackend:
         """Requests this wrapper sent to the backend."""
         self.hits = 0
         """Requests answered entirely from the cache."""
+        self._probed: asyncio.Task | None = None
 
     def identity(self) -> dict[str, str]:
         return self._identity
 
     async def probe(self) -> None:
-        await self.backend.probe()
+        """Probe the backend once (later calls wait for, or re-raise, the first probe's outcome)."""
+        if self._probed is None:
+            self._probed = asyncio.ensure_future(self.backend.probe())
+        await asyncio.shield(self._probed)
 
     async def close(self) -> None:
         await self.backend.close()
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         if self.cache is None:
+            await self.probe()
             self.calls += len(requests)
             return await self.backend.generate(requests)
         keys = [
@@ -254,6 +309,7 @@ class CachedBackend:
         self.calls += len(todo)
         self.cache.count(hits=len(requests) - len(todo), misses=len(todo))
         if todo:
+            await self.probe()
             fresh = await self.backend.generate([requests[i] for i in todo])
             to_store = []
             label = _model_label(self._identity)
@@ -278,6 +334,7 @@ class CachedBackend:
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
     ) -> list[LogprobResult]:
         if self.cache is None:
+            await self.probe()
             self.calls += len(requests)
             return await self.backend.next_token_logprobs(requests, candidates)
         cands = sorted(set(candidates))
@@ -301,6 +358,7 @@ class CachedBackend:
         self.calls += len(todo)
         self.cache.count(hits=len(requests) - len(todo), misses=len(todo))
         if todo:
+            await self.probe()
             fresh = await self.backend.next_token_logprobs([requests[i] for i in todo], cands)
             to_store = []
             label = _model_label(self._identity)

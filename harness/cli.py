@@ -13,7 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from harness.errors import HarnessError, NotImplementedYetError
+from harness.errors import HarnessError, Interrupted, NotImplementedYetError
+from harness.redact import redact_text
 
 app = typer.Typer(
     help="Evaluate and train LLM evaluators and policies with DynamicRubric.",
@@ -64,39 +65,78 @@ BaseUrlOpt = Annotated[
     Optional[str], typer.Option("--base-url", help="OpenAI-compatible server URL (default $OPENAI_BASE_URL).")
 ]
 ApiKeyEnvOpt = Annotated[
-    str, typer.Option("--api-key-env", help="Environment variable that holds the API key (never stored).")
+    Optional[str],
+    typer.Option("--api-key-env", help="Environment variable that holds the API key (default OPENAI_API_KEY)."),
 ]
-ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Max requests in flight (openai).")]
+ConcurrencyOpt = Annotated[
+    Optional[int], typer.Option("--concurrency", min=1, help="Max requests in flight (openai; default 32).")
+]
 TimeoutOpt = Annotated[
-    float, typer.Option("--timeout", min=0.1, help="Per-request timeout in seconds (openai).")
+    Optional[float], typer.Option("--timeout", min=0.1, help="Per-request timeout in seconds (openai; default 120).")
 ]
 AttemptsOpt = Annotated[
-    int,
-    typer.Option("--max-attempts", min=1, help="Attempts per request before recording a failure (openai)."),
+    Optional[int],
+    typer.Option("--max-attempts", min=1, help="Attempts per request before recording a failure (openai; default 6)."),
 ]
-BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per forward pass (hf).")]
-TpOpt = Annotated[int, typer.Option("--tensor-parallel", min=1, help="vLLM tensor parallel size.")]
-DpOpt = Annotated[int, typer.Option("--data-parallel", min=1, help="vLLM data parallel size.")]
+BatchOpt = Annotated[
+    Optional[int], typer.Option("--batch-size", min=1, help="Sequences per forward pass (hf; default 8).")
+]
+TpOpt = Annotated[Optional[int], typer.Option("--tensor-parallel", min=1, help="vLLM tensor parallel size.")]
+DpOpt = Annotated[Optional[int], typer.Option("--data-parallel", min=1, help="vLLM data parallel size.")]
 NoCacheOpt = Annotated[
     bool, typer.Option("--no-cache", help="Bypass the call cache (nothing read or written).")
 ]
 
 
-def _backend_options(
-    *, base_url, api_key_env, concurrency, timeout, max_attempts, batch_size, tensor_parallel, data_parallel
-):
-    from harness.backends import BackendOptions
+OverwriteOpt = Annotated[
+    bool, typer.Option("--overwrite", help="Discard an existing output (e.g. one made with other settings).")
+]
+WaitOpt = Annotated[
+    bool, typer.Option("--wait", help="If another process is writing the output, wait for it instead of failing.")
+]
+RetryFailedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--retry-failed", help="Also redo records with parse failures (cached outputs are re-read, not re-asked)."
+    ),
+]
+ParallelOpt = Annotated[Optional[int], typer.Option("--parallel", min=1, help="Sets scored concurrently.")]
 
-    return BackendOptions(
-        base_url=base_url,
-        api_key_env=api_key_env,
-        concurrency=concurrency,
-        timeout=timeout,
-        max_attempts=max_attempts,
-        batch_size=batch_size,
-        tensor_parallel_size=tensor_parallel,
-        data_parallel_size=data_parallel,
-    )
+
+def _backend_options(**given):
+    """BackendOptions from CLI values; None means "not given" (the default, or the config file's value)."""
+    from harness.config import backend_options
+
+    return backend_options({k: v for k, v in given.items() if v is not None}, where="command line")
+
+
+def _finish(summary, out: str) -> None:
+    """Print the loop's summary; exit 1 when some records could not be evaluated (the one exit-code rule)."""
+    typer.echo(summary.line(out))
+    for line in summary.failure_lines(out):
+        typer.echo(line, err=True)
+    if summary.with_failures or summary.missing:
+        raise typer.Exit(1)
+
+
+def _drive(pool, coroutine_fn):
+    """Run `coroutine_fn()` in an event loop and close the pool's backends however it ends."""
+    import asyncio
+
+    async def main():
+        try:
+            return await coroutine_fn()
+        finally:
+            await pool.close()
+
+    return asyncio.run(main())
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 @app.command()
@@ -119,81 +159,69 @@ def generate(
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 512,
     seed: Annotated[int, typer.Option("--seed", help="Run seed; per-prompt seeds derive from it.")] = 0,
     base_url: BaseUrlOpt = None,
-    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
-    concurrency: ConcurrencyOpt = 32,
-    timeout: TimeoutOpt = 120.0,
-    max_attempts: AttemptsOpt = 6,
-    batch_size: BatchOpt = 8,
-    tensor_parallel: TpOpt = 1,
-    data_parallel: DpOpt = 1,
+    api_key_env: ApiKeyEnvOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    timeout: TimeoutOpt = None,
+    max_attempts: AttemptsOpt = None,
+    batch_size: BatchOpt = None,
+    tensor_parallel: TpOpt = None,
+    data_parallel: DpOpt = None,
     no_cache: NoCacheOpt = False,
+    overwrite: OverwriteOpt = False,
+    wait: WaitOpt = False,
+    retry_failed: RetryFailedOpt = False,
     show: Annotated[int, typer.Option("--show", min=0, help="Print the first N generated texts.")] = 0,
 ) -> None:
-    """Sample responses from a model for a prompt file or a benchmark; resumable, cached."""
-    import asyncio
+    """Sample responses from a model for a prompt file or a benchmark; resumable, cached.
 
+    Exit code 0 when every sample was answered, 1 when some failed (rerun to retry them), 2 for bad input.
+    """
+    from harness.cache import CallCache
     from harness.errors import ConfigError
     from harness.generate import GenerateConfig, run_generate
+    from harness.pool import BackendPool
     from harness.prompts import benchmark_prompts, read_prompts_file
 
     if (prompts is None) == (benchmark is None):
         raise ConfigError("give exactly one of --prompts FILE or --benchmark NAME")
+    if prompts is not None and _same_file(prompts, out):
+        raise ConfigError(f"--out {out} is the prompts file itself; choose another output file")
     if prompts is not None:
         records = read_prompts_file(prompts)[:limit]
     else:
         records = benchmark_prompts(benchmark, data_dir=data_dir, limit=limit)
-    config = GenerateConfig(
-        model=model,
-        source=str(prompts or benchmark),
-        n=n,
-        temperature=temperature,
-        top_p=top_p,
-        max_tokens=max_tokens,
-        seed=seed,
-        chunk_size=max(64, 4 * concurrency),
-    )
-    from harness.backends import load_backend
-    from harness.cache import CachedBackend, CallCache
-
     options = _backend_options(
-        base_url=base_url,
-        api_key_env=api_key_env,
-        concurrency=concurrency,
-        timeout=timeout,
-        max_attempts=max_attempts,
-        batch_size=batch_size,
-        tensor_parallel=tensor_parallel,
-        data_parallel=data_parallel,
+        base_url=base_url, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
+        max_attempts=max_attempts, batch_size=batch_size, tensor_parallel_size=tensor_parallel,
+        data_parallel_size=data_parallel,
     )
-    backend = CachedBackend(load_backend(model, options), None if no_cache else CallCache())
-    from harness.progress import progress_bar
-
-    async def main():
-        try:
-            with progress_bar(len(records), "generate") as advance:
-                return await run_generate(backend, records, config, out, on_progress=advance)
-        finally:
-            await backend.close()
-
-    summary = asyncio.run(main())
-    typer.echo(
-        f"{out}: {summary.total} samples ({summary.answered} answered, {summary.failed} failed, "
-        f"{summary.skipped} already done); backend calls: {summary.backend_calls}, cache hits: {summary.cache_hits}"
-    )
+    config = GenerateConfig(model=model, source=str(prompts or benchmark), n=n, temperature=temperature,
+                            top_p=top_p, max_tokens=max_tokens, seed=seed, limit=limit)
+    pool = BackendPool(options=options, cache=None if no_cache else CallCache())
+    backend = pool.get(model)
+    summary = _drive(pool, lambda: run_generate(
+        backend, records, config, out, parallel=max(64, 4 * options.concurrency),
+        runtime={"backend": _asdict(options), "no_cache": no_cache},
+        overwrite=overwrite, wait=wait, retry_failed=retry_failed,
+    ))
     if show:
         _show_generations(out, show)
-    if summary.failed:
-        cats = ", ".join(f"{k}={v}" for k, v in sorted(summary.failures.items()))
-        typer.echo(f"failed samples by category: {cats}; rerun the same command to retry them", err=True)
-        raise typer.Exit(1)
+    _finish(summary, str(out))
+
+
+def _asdict(obj) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(obj)
 
 
 def _show_generations(out: Path, limit: int) -> None:
+    from harness.records import GenerationRecord
     from harness.runstore import RecordLog
 
-    for record in RecordLog(out, ("id", "sample")).records()[:limit]:
-        text = record["text"] if record["error"] is None else f"[failed: {record['error']['message']}]"
-        typer.echo(f"--- {record['id']} #{record['sample']}\n{text.strip()}")
+    for record in RecordLog(out, GenerationRecord).records()[:limit]:
+        text = record.text if record.error is None else f"[failed: {record.error.message}]"
+        typer.echo(f"--- {record.id} #{record.sample}\n{(text or '').strip()}")
 
 
 @app.command()
@@ -206,15 +234,35 @@ def run(
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Upstream benchmark files (else the Hub).")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (rerun into it to resume).")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Run seed.")] = None,
-    parallel: Annotated[Optional[int], typer.Option("--parallel", min=1, help="Sets scored concurrently.")] = None,
+    parallel: ParallelOpt = None,
+    skip_unavailable: Annotated[
+        bool,
+        typer.Option(
+            "--skip-unavailable",
+            help="Leave out benchmarks that cannot be loaded and rows that cannot be built (shown as dashes) "
+            "instead of stopping.",
+        ),
+    ] = False,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    timeout: TimeoutOpt = None,
+    max_attempts: AttemptsOpt = None,
+    batch_size: BatchOpt = None,
     no_cache: NoCacheOpt = False,
+    overwrite: OverwriteOpt = False,
+    wait: WaitOpt = False,
+    retry_failed: RetryFailedOpt = False,
 ) -> None:
     """Reproduce a paper table: rows (evaluators) x columns (benchmarks) into a run directory.
 
     Writes records.jsonl, results.json, table.md, table.tex and table.csv (with the paper's numbers) and resumes
-    when rerun into the same --out.
+    when rerun into the same --out. Exit code 0 when every cell was evaluated, 1 when some records hold failures,
+    2 for bad input (a benchmark that cannot be loaded, an evaluator that cannot be built, other settings).
     """
-    from harness.config import load_run_config
+    from harness.config import backend_options, load_run_config
+    from harness.errors import ConfigError
+    from harness.runner import RunPlan
     from reports.tables import get_table
 
     cfg = load_run_config(
@@ -226,52 +274,44 @@ def run(
     rows = {r.label: cfg.rows.get(r.label, r.spec(cfg.preset)) for r in spec.rows}
     unknown = sorted(set(cfg.rows) - set(rows))
     if unknown:
-        from harness.errors import ConfigError
-
         raise ConfigError(f"config rows name unknown row(s) {unknown}; valid: {list(rows)}")
     if cfg.only_rows:
+        missing = [label for label in cfg.only_rows if label not in rows]
+        if missing:
+            raise ConfigError(f"only_rows names unknown row(s) {missing}; valid: {list(rows)}")
         rows = {k: v for k, v in rows.items() if k in cfg.only_rows}
-    benches = tuple(cfg.benchmarks or spec.benchmarks)
+    cli_backend = {"base_url": base_url, "api_key_env": api_key_env, "concurrency": concurrency,
+                   "timeout": timeout, "max_attempts": max_attempts, "batch_size": batch_size}
+    options = backend_options(
+        {**cfg.backend, **{k: v for k, v in cli_backend.items() if v is not None}},
+        where=str(config) if config else "command line",
+    )
+    plan = RunPlan(rows=rows, benchmarks=tuple(cfg.benchmarks or spec.benchmarks), table=table, seeds=cfg.seeds,
+                   seed=cfg.seed, limit=cfg.limit, data_dir=cfg.data_dir, skip_unavailable=skip_unavailable)
     out_dir = cfg.out or Path("runs") / f"{table}-{cfg.preset}"
-    _run_and_report(cfg, rows, benches, out_dir, no_cache=no_cache)
+    _run_and_report(plan, out_dir, options=options, config=cfg.model_dump(mode="json"), parallel=cfg.parallel,
+                    command="run", no_cache=no_cache, overwrite=overwrite, wait=wait, retry_failed=retry_failed)
 
 
-def _run_and_report(cfg, rows: dict[str, str], benches: tuple[str, ...], out_dir: Path, *, no_cache: bool) -> None:
-    import asyncio
-    import time
-
-    from harness.backends import BackendOptions
+def _run_and_report(plan, out_dir: Path, *, options, config: dict, parallel: int, command: str, no_cache: bool,
+                    overwrite: bool, wait: bool, retry_failed: bool) -> None:
     from harness.cache import CallCache
     from harness.pool import BackendPool
-    from harness.progress import progress_bar
-    from harness.runner import KEY_FIELDS, RunPlan, run_plan
-    from harness.runstore import RunDir
+    from harness.runner import prepare, run_plan
     from reports.report import write_reports
 
-    plan = RunPlan(rows=rows, benchmarks=benches, seeds=cfg.seeds, seed=cfg.seed, limit=cfg.limit,
-                   data_dir=cfg.data_dir, parallel=cfg.parallel)
-    pool = BackendPool(options=BackendOptions(**cfg.backend), cache=None if no_cache else CallCache())
-    run_dir = RunDir(out_dir, key_fields=KEY_FIELDS)
-    started = time.perf_counter()
-
-    async def main():
-        try:
-            with progress_bar(None, "run") as bar:
-                return await run_plan(plan, run_dir, pool, config=cfg.model_dump(mode="json"),
-                                      on_total=bar.set_total, on_progress=bar.advance)
-        finally:
-            await pool.close()
-
-    outcome = asyncio.run(main())
+    pool = BackendPool(options=options, cache=None if no_cache else CallCache())
+    ready = prepare(plan, pool)
+    summary = _drive(pool, lambda: run_plan(
+        plan, out_dir, pool, ready=ready, parallel=parallel, command=command,
+        config={**config, "backend": _asdict(options), "no_cache": no_cache},
+        overwrite=overwrite, wait=wait, retry_failed=retry_failed,
+    ))
     write_reports(out_dir)
-    typer.echo((out_dir / "table.md").read_text())
-    typer.echo(
-        f"{out_dir}: {outcome.scored} sets scored ({outcome.incomplete} with unscored responses), "
-        f"{outcome.skipped} already done; backend calls: {pool.calls}, cache hits: {pool.hits}; "
-        f"{time.perf_counter() - started:.1f} s"
-    )
-    for what, why in outcome.unavailable.items():
-        typer.echo(f"{what} unavailable: {why}", err=True)
+    typer.echo((out_dir / "table.md").read_text(encoding="utf-8"))
+    for what, why in ready.unavailable.items():
+        typer.echo(f"{what} left out (--skip-unavailable): {why}", err=True)
+    _finish(summary, str(out_dir))
 
 
 @app.command("eval")
@@ -281,17 +321,41 @@ def eval_(
     limit: Annotated[Optional[int], typer.Option("--limit", min=1)] = None,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Repeats per item (AVG@k).")] = 1,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (default runs/eval-BENCHMARK).")] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", help="Run directory (default runs/eval-BENCHMARK-<hash of the evaluator spec>)."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    parallel: Annotated[int, typer.Option("--parallel", min=1)] = 8,
+    parallel: Annotated[int, typer.Option("--parallel", min=1, help="Sets scored concurrently.")] = 8,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    timeout: TimeoutOpt = None,
+    max_attempts: AttemptsOpt = None,
+    batch_size: BatchOpt = None,
     no_cache: NoCacheOpt = False,
+    overwrite: OverwriteOpt = False,
+    wait: WaitOpt = False,
+    retry_failed: RetryFailedOpt = False,
 ) -> None:
-    """Run one evaluator on one benchmark (one table cell) and print its metrics."""
-    from harness.config import RunConfig
+    """Run one evaluator on one benchmark (one table cell) and print its metrics.
 
-    cfg = RunConfig(limit=limit, seeds=seeds, data_dir=data_dir, seed=seed, parallel=parallel)
-    _run_and_report(cfg, {evaluator: evaluator}, (benchmark,), out or Path("runs") / f"eval-{benchmark}",
-                    no_cache=no_cache)
+    Exit code 0 when every item was evaluated, 1 when some records hold failures, 2 for bad input.
+    """
+    import hashlib
+
+    from harness.runner import RunPlan
+
+    options = _backend_options(base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
+                               timeout=timeout, max_attempts=max_attempts, batch_size=batch_size)
+    plan = RunPlan(rows={evaluator: evaluator}, benchmarks=(benchmark,), seeds=seeds, seed=seed, limit=limit,
+                   data_dir=data_dir)
+    tag = hashlib.sha256(evaluator.encode()).hexdigest()[:8]
+    config = {"evaluator": evaluator, "benchmark": benchmark, "limit": limit, "seeds": seeds,
+              "data_dir": str(data_dir) if data_dir else None, "seed": seed, "parallel": parallel}
+    _run_and_report(plan, out or Path("runs") / f"eval-{benchmark}-{tag}", options=options, config=config,
+                    parallel=parallel, command="eval", no_cache=no_cache, overwrite=overwrite, wait=wait,
+                    retry_failed=retry_failed)
 
 
 @app.command()
@@ -306,61 +370,46 @@ def score(
     ] = 0,
     parallel: Annotated[int, typer.Option("--parallel", min=1, help="Sets scored concurrently.")] = 8,
     base_url: BaseUrlOpt = None,
-    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
-    concurrency: ConcurrencyOpt = 32,
-    timeout: TimeoutOpt = 120.0,
-    max_attempts: AttemptsOpt = 6,
-    batch_size: BatchOpt = 8,
-    tensor_parallel: TpOpt = 1,
-    data_parallel: DpOpt = 1,
+    api_key_env: ApiKeyEnvOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    timeout: TimeoutOpt = None,
+    max_attempts: AttemptsOpt = None,
+    batch_size: BatchOpt = None,
+    tensor_parallel: TpOpt = None,
+    data_parallel: DpOpt = None,
     no_cache: NoCacheOpt = False,
+    overwrite: OverwriteOpt = False,
+    wait: WaitOpt = False,
+    retry_failed: RetryFailedOpt = False,
 ) -> None:
     """Score {id, prompt, responses} sets with an evaluator; resumable, cached.
 
-    Each output line holds the scores (None for a response that could not be scored), the number unscored and the
-    evaluator's trace (rubric, verdict matrix, per-item pass rates, failures by category).
+    Each output line holds the scores (None for a response that could not be scored) and the evaluator's trace
+    (rubric, verdict matrix, per-item pass rates, failures by category). Exit code 0 when every set was fully
+    scored, 1 when some hold failures, 2 for bad input.
     """
-    import asyncio
-
     from harness.cache import CallCache
+    from harness.errors import ConfigError
     from harness.pool import BackendPool
-    from harness.progress import progress_bar
     from harness.score import read_sets_file, run_score
     from judges import load_evaluator
 
+    if _same_file(input, out):
+        raise ConfigError(f"--out {out} is the input file itself; choose another output file")
     sets = read_sets_file(input)
     options = _backend_options(
-        base_url=base_url,
-        api_key_env=api_key_env,
-        concurrency=concurrency,
-        timeout=timeout,
-        max_attempts=max_attempts,
-        batch_size=batch_size,
-        tensor_parallel=tensor_parallel,
-        data_parallel=data_parallel,
+        base_url=base_url, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
+        max_attempts=max_attempts, batch_size=batch_size, tensor_parallel_size=tensor_parallel,
+        data_parallel_size=data_parallel,
     )
     pool = BackendPool(options=options, cache=None if no_cache else CallCache())
-
-    async def main():
-        try:
-            judge = load_evaluator(evaluator, pool)
-            with progress_bar(len(sets), "score") as advance:
-                return await run_score(
-                    judge, sets, out, seed=seed, parallel=parallel, pool=pool, on_progress=advance
-                )
-        finally:
-            await pool.close()
-
-    summary = asyncio.run(main())
-    typer.echo(
-        f"{out}: {summary.total} sets ({summary.scored} fully scored, {summary.incomplete} with unscored responses, "
-        f"{summary.skipped} already done); backend calls: {summary.backend_calls}, cache hits: {summary.cache_hits}"
-    )
-    if summary.failures:
-        cats = ", ".join(f"{k}={v}" for k, v in sorted(summary.failures.items()))
-        typer.echo(f"recorded failures by category: {cats} (see 'trace.failures' in {out})", err=True)
-    if summary.incomplete:
-        raise typer.Exit(1)
+    judge = load_evaluator(evaluator, pool)
+    summary = _drive(pool, lambda: run_score(
+        judge, sets, out, seed=seed, parallel=parallel, pool=pool,
+        runtime={"input": str(input), "backend": _asdict(options), "no_cache": no_cache},
+        overwrite=overwrite, wait=wait, retry_failed=retry_failed,
+    ))
+    _finish(summary, str(out))
 
 
 @app.command()
@@ -493,10 +542,21 @@ def cache_clear(
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
-    """Delete cached calls (all, or one model's)."""
-    from harness.cache import CallCache
+    """Delete cached calls (all, or one model's); a cache file too corrupt to open is deleted whole."""
+    from harness.cache import CacheError, CallCache
+    from harness.paths import call_cache_path
 
-    cache = CallCache()
+    try:
+        cache = CallCache()
+    except CacheError as exc:
+        if not exc.corrupt or model is not None:
+            raise
+        path = call_cache_path()
+        if not yes and not typer.confirm(f"{path} is corrupt and cannot be opened; delete the file?"):
+            raise typer.Exit(1) from None
+        CallCache.delete_files(path)
+        typer.echo(f"deleted the corrupt cache file {path}")
+        return
     what = f"entries of {model}" if model else "all entries"
     if not yes and not typer.confirm(f"delete {what} from {cache.path}?"):
         raise typer.Exit(1)
@@ -528,26 +588,40 @@ def bench_verify(
     items: Annotated[int, typer.Option("--items", min=1, help="Rubric items (up to 10).")] = 6,
     responses: Annotated[int, typer.Option("--responses", min=1, help="Responses (up to 6).")] = 4,
     base_url: BaseUrlOpt = None,
-    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
-    batch_size: BatchOpt = 8,
+    api_key_env: ApiKeyEnvOpt = None,
+    batch_size: BatchOpt = None,
 ) -> None:
     """Compare the verification modes per_item, batched, logprob: calls, tokens, wall time, agreement."""
-    from harness.backends import BackendOptions
     from harness.bench_verify import bench_verify_sync
 
-    options = BackendOptions(base_url=base_url, api_key_env=api_key_env, batch_size=batch_size)
+    options = _backend_options(base_url=base_url, api_key_env=api_key_env, batch_size=batch_size)
     typer.echo(bench_verify_sync(model, items=items, responses=responses, options=options))
 
 
 def main() -> None:
-    """Console entry point: one-line errors, exit codes, `--debug` tracebacks."""
+    """Console entry point: one-line errors, exit codes, `--debug` tracebacks.
+
+    Exit codes, the same for every verb: 0 everything asked for was evaluated; 1 it ran, but some records could
+    not be evaluated (the summary says which and why); 2 bad input, configuration or environment (one `error:`
+    line, before any model call where it can be known then); 130 interrupted (what was saved is printed).
+    """
+    debug = _state["debug"] or "--debug" in sys.argv
     try:
         app()
-    except HarnessError as exc:
-        if _state["debug"] or "--debug" in sys.argv:
-            raise
-        typer.echo(f"error: {exc}", err=True)
+    except Interrupted as exc:
+        typer.echo(str(exc), err=True)
         sys.exit(exc.exit_code)
+    except HarnessError as exc:
+        if debug:
+            raise
+        typer.echo(f"error: {redact_text(str(exc))}", err=True)
+        sys.exit(exc.exit_code)
+    except OSError as exc:  # a file or disk problem nothing above turned into a HarnessError
+        if debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        typer.echo(f"error: {redact_text(where + (exc.strerror or str(exc)))}", err=True)
+        sys.exit(2)
     except KeyboardInterrupt:
-        typer.echo("interrupted; finished work is saved and a rerun resumes it", err=True)
+        typer.echo("interrupted; finished work is saved and a rerun of the same command resumes it", err=True)
         sys.exit(130)

@@ -31,7 +31,31 @@ class RunConfig(BaseModel):
     benchmarks: list[str] | None = None
     """Run just these benchmarks."""
     backend: dict[str, Any] = Field(default_factory=dict)
-    """BackendOptions fields (base_url, concurrency, timeout, max_attempts, batch_size, ...)."""
+    """BackendOptions fields (base_url, concurrency, timeout, max_attempts, batch_size, ...), checked by
+    `backend_options` when the config is loaded."""
+
+
+def backend_options(values: dict[str, Any], *, where: str):
+    """`BackendOptions` from a mapping, every key and type checked.
+
+    Raises:
+        ConfigError: naming `where`, the offending `backend.KEY` and the valid keys or the expected type.
+    """
+    import dataclasses
+
+    from pydantic import TypeAdapter
+
+    from harness.backends.base import BackendOptions
+
+    valid = [f.name for f in dataclasses.fields(BackendOptions)]
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        raise ConfigError(f"{where}: backend.{unknown[0]}: unknown setting; valid: {', '.join(valid)}")
+    try:
+        return TypeAdapter(BackendOptions).validate_python(dict(values))
+    except ValidationError as exc:
+        problems = "; ".join(f"backend.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{where}: {problems}") from None
 
 
 def load_run_config(path: Path | None, overrides: dict[str, Any]) -> RunConfig:
@@ -43,7 +67,9 @@ def load_run_config(path: Path | None, overrides: dict[str, Any]) -> RunConfig:
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"{path}: cannot read config ({exc})") from None
         if not isinstance(loaded, dict):
@@ -51,7 +77,9 @@ def load_run_config(path: Path | None, overrides: dict[str, Any]) -> RunConfig:
         data.update(loaded)
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
-        return RunConfig(**data)
+        config = RunConfig(**data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{path or 'command line'}: {problems}") from None
+    backend_options(config.backend, where=str(path or "command line"))
+    return config

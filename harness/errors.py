@@ -33,6 +33,12 @@ class NotImplementedYetError(HarnessError):
     """A CLI verb whose implementation lands in a later release."""
 
 
+class Interrupted(HarnessError):
+    """The user stopped the run (Ctrl-C, SIGTERM); the message says what was saved."""
+
+    exit_code = 130
+
+
 class FailureCategory(str, enum.Enum):
     """Why one request produced no usable result."""
 
@@ -56,6 +62,15 @@ class FailureCategory(str, enum.Enum):
     """The model answered but its text could not be parsed (judges)."""
     BACKEND = "backend"
     """Any other error raised inside a backend."""
+
+    @property
+    def final(self) -> bool:
+        """Whether a rerun keeps a record with this failure (see `harness.loop`): only PARSE is final.
+
+        A parse failure is the model's measured behaviour, counted wrong next to every metric, and a rerun would
+        replay the same cached output; every other category is a failure of the backend, retried on rerun.
+        """
+        return self is FailureCategory.PARSE
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,27 +1,31 @@
 """`harness generate`: sample policy responses for a prompt set, one output line per (prompt id, sample index).
 
-The output file is an append-only record log: a rerun with the same `--out` skips samples already answered and
-retries the ones that failed (failures are recorded, never cached). When a rerun supersedes earlier failure lines
-the file is compacted atomically at the end, so it holds exactly one line per (id, sample).
+Each prompt is one unit of the evaluation loop (`harness.loop`): one request with `n` samples whose seed derives
+from the run seed and the prompt id, and `n` `GenerationRecord` lines. The output is bound to its settings (the
+model and its identity, the prompts' fingerprint, the sampling parameters, the seed, the limit); a rerun with the
+same settings resumes it and retries failed samples.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import Counter
-from collections.abc import Callable, Sequence
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from harness.backends.base import Backend, GenerateRequest, SamplingParams
+from harness.backends.base import Backend, GenerateRequest, SamplingParams, chat_to_json
+from harness.loop import LoopSummary, Unit, write_output
 from harness.prompts import PromptRecord
-from harness.runstore import Manifest, RecordLog
+from harness.records import GenerationRecord
+from harness.runstore import OutputPaths
 from harness.seeds import derive_seed
 
 
 @dataclass(frozen=True, slots=True)
 class GenerateConfig:
-    """Resolved settings of one `harness generate` run (written into the manifest)."""
+    """The settings of one `harness generate` output (everything that changes what it holds)."""
 
     model: str
     """Model spec or alias."""
@@ -34,41 +38,38 @@ class GenerateConfig:
     max_tokens: int = 512
     seed: int = 0
     """Run seed; each prompt's sampling seed is derived from it and the prompt id."""
-    chunk_size: int = 64
-    """Requests handed to the backend at once; results are saved after each chunk."""
+    limit: int | None = None
+    """Only the first N prompts."""
+
+    def settings(self, *, identity: dict[str, str], prompts: Sequence[PromptRecord]) -> dict[str, Any]:
+        """What the output is bound to: these fields (but where the prompts came from: their fingerprint
+        stands for them), the model's identity and the prompts' fingerprint."""
+        fields = {k: v for k, v in asdict(self).items() if k != "source"}
+        return {**fields, "model_identity": identity, "prompts": prompts_fingerprint(prompts)}
 
 
-@dataclass(frozen=True, slots=True)
-class GenerateSummary:
-    """What a run did."""
-
-    total: int
-    """Output lines expected: prompts x n."""
-    answered: int
-    failed: int
-    skipped: int
-    """Samples already answered by an earlier run into the same file."""
-    backend_calls: int
-    cache_hits: int
-    failures: dict[str, int]
-    """Failed samples per failure category."""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+def prompts_fingerprint(prompts: Sequence[PromptRecord]) -> str:
+    """A short hash of every prompt's id and messages, in order."""
+    digest = hashlib.sha256()
+    for p in prompts:
+        digest.update(json.dumps([p.id, chat_to_json(p.messages)], ensure_ascii=False).encode() + b"\n")
+    return digest.hexdigest()[:16]
 
 
-def _answered(line: dict | None) -> bool:
-    return line is not None and line.get("error") is None
+def units(prompts: Sequence[PromptRecord], config: GenerateConfig) -> list[Unit[PromptRecord]]:
+    """One unit per prompt, producing the records (id, 0) .. (id, n-1)."""
+    return [Unit(tuple((p.id, i) for i in range(config.n)), p) for p in prompts]
 
 
-def _request(record: PromptRecord, config: GenerateConfig) -> GenerateRequest:
+def _request(prompt: PromptRecord, config: GenerateConfig) -> GenerateRequest:
     params = SamplingParams(
         n=config.n,
         temperature=config.temperature,
         top_p=config.top_p,
         max_tokens=config.max_tokens,
-        seed=derive_seed(config.seed, record.id),
+        seed=derive_seed(config.seed, prompt.id),
     )
-    return GenerateRequest(record.messages, params)
+    return GenerateRequest(prompt.messages, params)
 
 
 async def run_generate(
@@ -77,60 +78,51 @@ async def run_generate(
     config: GenerateConfig,
     out: Path,
     *,
-    on_progress: Callable[[int], None] | None = None,
-) -> GenerateSummary:
-    """Generate `config.n` samples per prompt into the record log at `out` (resuming it)."""
-    manifest = Manifest(out.with_name(out.name + ".manifest.json"))
-    manifest.start(command="generate", config=asdict(config), extra={"model_identity": backend.identity()})
-    log = RecordLog(out, key_fields=("id", "sample"))
-    todo = [p for p in prompts if not all(_answered(log.get((p.id, i))) for i in range(config.n))]
-    skipped = (len(prompts) - len(todo)) * config.n
-    calls_before = getattr(backend, "calls", 0)
-    hits_before = getattr(backend, "hits", 0)
-    failures: Counter[str] = Counter()
-    answered = failed = prompt_tokens = completion_tokens = 0
-    status = "interrupted"
-    try:
-        await backend.probe()
-        for start in range(0, len(todo), config.chunk_size):
-            chunk = todo[start : start + config.chunk_size]
-            completions = await backend.generate([_request(p, config) for p in chunk])
-            lines = []
-            for record, completion in zip(chunk, completions):
-                for i in range(config.n):
-                    line = {"id": record.id, "sample": i, "model": config.model, "text": None, "error": None}
-                    if completion.ok:
-                        line["text"] = completion.texts[i]
-                        line["cached"] = completion.cached
-                        answered += 1
-                    else:
-                        line["error"] = completion.error.to_json()
-                        failures[completion.error.category.value] += 1
-                        failed += 1
-                    lines.append(line)
-                prompt_tokens += completion.usage.prompt_tokens
-                completion_tokens += completion.usage.completion_tokens
-            log.append(lines)
-            if on_progress:
-                on_progress(len(chunk))
-        status = "finished" if not failed else "finished_with_failures"
-    finally:
-        log.compact()
-        summary = GenerateSummary(
-            total=len(prompts) * config.n,
-            answered=answered,
-            failed=failed,
-            skipped=skipped,
-            backend_calls=getattr(backend, "calls", 0) - calls_before,
-            cache_hits=getattr(backend, "hits", 0) - hits_before,
-            failures=dict(failures),
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-        )
-        manifest.finish(status=status, summary=asdict(summary))
-    return summary
+    parallel: int = 64,
+    runtime: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+    wait: bool = False,
+    retry_failed: bool = False,
+) -> LoopSummary:
+    """Generate `config.n` samples per prompt into the output `out` (resuming it); see `harness.loop`.
+
+    Args:
+        backend: The model (a `CachedBackend` from the pool, whose call and hit counts the summary reports).
+        prompts: What to answer.
+        config: The settings the output is bound to.
+        out: The output JSONL file.
+        parallel: Prompts in flight at once (a local backend merges them into batches).
+        runtime: Runtime knobs to record in the manifest (backend options, cache on/off).
+    """
+    identity = backend.identity()
+    return await write_output(
+        OutputPaths.file(out),
+        GenerationRecord,
+        command="generate",
+        settings=config.settings(identity=identity, prompts=prompts),
+        config={**asdict(config), **(runtime or {})},
+        extra={"model_identity": identity},
+        units=units(prompts, config),
+        work=make_work(backend, config),
+        parallel=parallel,
+        noun="samples",
+        counters=backend if hasattr(backend, "calls") else None,
+        overwrite=overwrite,
+        wait=wait,
+        retry_failed=retry_failed,
+    )
 
 
-def generate_sync(*args, **kwargs) -> GenerateSummary:
-    """`run_generate` from synchronous code."""
-    return asyncio.run(run_generate(*args, **kwargs))
+def make_work(backend: Backend, config: GenerateConfig):
+    """The loop's work function: one prompt -> its `n` generation records."""
+
+    async def work(prompt: PromptRecord) -> list[GenerationRecord]:
+        [completion] = await backend.generate([_request(prompt, config)])
+        if completion.ok:
+            return [
+                GenerationRecord(prompt.id, i, config.model, completion.texts[i], cached=completion.cached)
+                for i in range(config.n)
+            ]
+        return [GenerationRecord(prompt.id, i, config.model, None, completion.error) for i in range(config.n)]
+
+    return work

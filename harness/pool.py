@@ -1,4 +1,8 @@
-"""One backend per model spec for a whole run: evaluators that share a model share its weights and its cache."""
+"""One backend per model spec for a whole run: evaluators that share a model share its weights and its cache.
+
+Building a backend loads nothing: local models load, and servers are probed, on the first call the cache cannot
+answer (`harness.cache.CachedBackend`), so a run whose every call is cached starts no model at all.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,10 @@ class BackendPool:
 
             self._backends[spec] = CachedBackend(load_backend(spec, self.options), self.cache)
         return self._backends[spec]
+
+    def identities(self) -> dict[str, dict[str, str]]:
+        """Model spec -> identity of every backend built so far (computed without loading any weights)."""
+        return {spec: backend.identity() for spec, backend in self._backends.items()}
 
     @property
     def calls(self) -> int:

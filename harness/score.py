@@ -1,20 +1,24 @@
 """`harness score`: score `{id, prompt, responses}` sets with an evaluator, one output line per set.
 
-Resumable like `harness generate`: the output is a record log keyed by id; a rerun skips sets that were scored
-completely and retries sets with unscored responses. Each set's seed derives from the run seed and its id.
+Each set is one unit of the evaluation loop (`harness.loop`) and one `ScoreRecord`; its seed derives from the run
+seed and its id. The output is bound to the evaluator's spec, the identities of its models, the input's
+fingerprint and the seed; a rerun with the same settings resumes it under the loop's resume rule.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.errors import ConfigError
+from harness.loop import LoopSummary, Unit, write_output
 from harness.prompts import iter_jsonl_records
-from harness.runstore import Manifest, RecordLog
+from harness.records import ScoreRecord
+from harness.runstore import OutputPaths
 from harness.seeds import derive_seed
 
 
@@ -44,21 +48,17 @@ def read_sets_file(path: Path) -> list[ResponseSet]:
     return sets
 
 
-@dataclass(frozen=True, slots=True)
-class ScoreSummary:
-    """What a `harness score` run did."""
+def sets_fingerprint(sets: Sequence[ResponseSet]) -> str:
+    """A short hash of every set's id, prompt and responses, in order."""
+    digest = hashlib.sha256()
+    for s in sets:
+        digest.update(json.dumps([s.id, s.prompt, list(s.responses)], ensure_ascii=False).encode() + b"\n")
+    return digest.hexdigest()[:16]
 
-    total: int
-    scored: int
-    """Sets whose every response got a score."""
-    incomplete: int
-    """Sets with at least one unscored response (recorded with their failures; retried on rerun)."""
-    skipped: int
-    """Sets already scored by an earlier run into the same file."""
-    backend_calls: int
-    cache_hits: int
-    failures: dict[str, int]
-    """Recorded failures per category (over all stages)."""
+
+def units(sets: Sequence[ResponseSet]) -> list[Unit[ResponseSet]]:
+    """One unit per set, producing the record (id,)."""
+    return [Unit(((s.id,),), s) for s in sets]
 
 
 async def run_score(
@@ -69,44 +69,46 @@ async def run_score(
     seed: int = 0,
     parallel: int = 8,
     pool=None,
-    config: dict | None = None,
-    on_progress: Callable[[int], None] | None = None,
-) -> ScoreSummary:
-    """Score every set with `evaluator` (a `judges.base.Evaluator`) into the record log at `out`."""
-    manifest = Manifest(out.with_name(out.name + ".manifest.json"))
-    manifest.start(command="score", config={"evaluator": evaluator.spec, "seed": seed, **(config or {})})
-    log = RecordLog(out, key_fields=("id",))
-    todo = [s for s in sets if (log.get((s.id,)) or {}).get("n_unscored", 1) != 0]
-    calls_before = pool.calls if pool else 0
-    hits_before = pool.hits if pool else 0
-    failures: Counter[str] = Counter()
-    counts = Counter()
-    gate = asyncio.Semaphore(parallel)
+    runtime: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+    wait: bool = False,
+    retry_failed: bool = False,
+) -> LoopSummary:
+    """Score every set with `evaluator` (a `judges.base.Evaluator`) into the output `out`; see `harness.loop`.
 
-    async def one(item: ResponseSet) -> None:
-        async with gate:
-            result = await evaluator.score_set(item.prompt, item.responses, seed=derive_seed(seed, item.id))
-        record = {"id": item.id, "evaluator": evaluator.spec, **result.to_json()}
-        log.append([record])
-        counts["scored" if result.n_unscored == 0 else "incomplete"] += 1
-        failures.update(f.failure.category.value for f in result.trace.failures)
-        if on_progress:
-            on_progress(1)
+    Args:
+        pool: The backend pool the evaluator was built on (its models' identities bind the output; its call and
+            hit counts go into the summary).
+        runtime: Runtime knobs to record in the manifest.
+    """
+    models = dict(pool.identities()) if pool is not None else {}
+    if callable(getattr(evaluator, "identity", None)):  # an evaluator holding a model outside the pool
+        models[evaluator.spec] = evaluator.identity()
+    settings = {"evaluator": evaluator.spec, "models": models, "input": sets_fingerprint(sets), "seed": seed}
+    return await write_output(
+        OutputPaths.file(out),
+        ScoreRecord,
+        command="score",
+        settings=settings,
+        config={"evaluator": evaluator.spec, "seed": seed, "parallel": parallel, **(runtime or {})},
+        extra={"model_identities": models},
+        units=units(sets),
+        work=make_work(evaluator, seed=seed),
+        parallel=parallel,
+        noun="sets",
+        counters=pool,
+        overwrite=overwrite,
+        wait=wait,
+        retry_failed=retry_failed,
+    )
 
-    status = "interrupted"
-    try:
-        await asyncio.gather(*(one(s) for s in todo))
-        status = "finished" if not counts["incomplete"] else "finished_with_failures"
-    finally:
-        log.compact()
-        summary = ScoreSummary(
-            total=len(sets),
-            scored=counts["scored"],
-            incomplete=counts["incomplete"],
-            skipped=len(sets) - len(todo),
-            backend_calls=(pool.calls if pool else 0) - calls_before,
-            cache_hits=(pool.hits if pool else 0) - hits_before,
-            failures=dict(failures),
-        )
-        manifest.finish(status=status, summary=asdict(summary))
-    return summary
+
+def make_work(evaluator, *, seed: int):
+    """The loop's work function: one set -> its `ScoreRecord` (seed derived from the run seed and the id)."""
+
+    async def work(item: ResponseSet) -> list[ScoreRecord]:
+        set_seed = derive_seed(seed, item.id)
+        result = await evaluator.score_set(item.prompt, item.responses, seed=set_seed)
+        return [ScoreRecord(item.id, evaluator.spec, set_seed, result.scores, result.trace.to_json())]
+
+    return work

@@ -49,20 +49,25 @@ Conventions and choices:
 - `dtype=auto` is float32 on CPU and bfloat16 on CUDA (see `harness.backends.hf.pick_dtype`). `device=auto`
   uses CUDA when present, spreading a model too large for one GPU over all visible GPUs (`device_map="auto"`);
   `cuda:N` pins one GPU.
-- The model loads when the evaluator is built, so a missing model stops a run before it starts. Loaded models
-  are shared in this process by (model, revision, head, dtype, device): the plain and "w/ responses"
-  evaluators of one RM hold one copy. The copy is freed when the last evaluator using it is closed.
+- Building the evaluator locates and identifies the model and checks its `config.json` against `head`, so a
+  missing or unfit model stops a run before it starts; the weights load on the first score the call cache
+  cannot answer, so a fully cached run loads none. Loaded models are shared in this process by (model,
+  revision, head, dtype, device): the plain and "w/ responses" evaluators of one RM hold one copy. The copy is
+  freed when the last evaluator using it is closed.
 - Scores go through the run's call cache (`pool.cache`), keyed by the weights' identity (local fingerprint or
-  hub revision), the head, the dtype, the rendered conversation and the effective `max_length`, so AVG@k
-  repeats of the plain RM (whose inputs do not change) cost one forward pass. Failures are never cached.
+  hub commit), the head, the dtype as asked for (`auto` names no precision: set `dtype` to keep CPU float32 and
+  GPU bfloat16 scores apart in a shared cache), the conversation and the `max_length` setting, so AVG@k
+  repeats of the plain RM (whose inputs do not change) cost one forward pass. A cache entry keeps the score and
+  the input's token counts, so a cached score's trace says what a computed one says. Failures are never cached.
   `trace.calls` counts the sequences actually run through the model.
-- Blocking work (loading excepted) runs in `asyncio.to_thread`; one lock per loaded model serialises forward
-  passes. torch and transformers are imported inside functions: importing this module stays cheap.
+- Blocking work runs in `asyncio.to_thread`; one lock per loaded model serialises forward passes. torch and
+  transformers are imported inside functions: importing this module stays cheap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import threading
@@ -184,16 +189,7 @@ def _load(path: str, revision: str | None, name: str, *, head: str, dtype: str, 
     kwargs: dict[str, Any] = {"revision": revision} if revision else {}
     try:
         config = AutoConfig.from_pretrained(path, **kwargs)
-        archs = list(getattr(config, "architectures", None) or [])
-        want = "ForSequenceClassification" if head == "classifier" else "ForCausalLM"
-        if archs and not any(a.endswith(want) for a in archs):
-            hint = " (a causal-LM reward model such as Nemotron-70B-Reward-HF needs head=lm-token0)"
-            raise ConfigError(
-                f"{KIND}: {name!r} is a {'/'.join(archs)} checkpoint, not a *{want} one as head={head} needs"
-                + (hint if head == "classifier" else "")
-            )
-        if head == "classifier" and getattr(config, "num_labels", 1) != 1:
-            raise ConfigError(f"{KIND}: {name!r} has num_labels={config.num_labels}; a scalar RM needs 1")
+        _check_config({**config.to_dict(), "num_labels": config.num_labels}, name, head=head)
         tok = AutoTokenizer.from_pretrained(path, **kwargs)
         extra: dict[str, Any] = {}
         if dev.startswith("cuda"):
@@ -281,7 +277,7 @@ class ScalarRM:
 
     def __init__(self, settings: dict[str, Any], *, cache: CallCache | None = None) -> None:
         from harness.backends import parse_spec
-        from harness.backends.hf import hub_commit, locate_model
+        from harness.backends.hf import locate_model
         from harness.registry import names
 
         name = given = str(settings["model"]).strip()
@@ -310,15 +306,27 @@ class ScalarRM:
             source = locate_model(name, kind=KIND)
         except ModelNotFoundError as exc:
             raise ModelNotFoundError(f"{KIND}: {exc}".replace("hf model", "reward model")) from None
+        _check_architecture(source.path, source.revision, name, head=head)
+        self._name = name
         self._key = (source.path, source.revision, head, settings["dtype"], settings["device"])
-        self._rm: _LoadedRM | None = _acquire(self._key, name)
-        identity = dict(source.identity)
-        if source.hub:
-            identity["revision"] = hub_commit(source.path, source.revision)
-        self._identity = {**identity, "head": head, "dtype": str(self._rm.model.dtype).removeprefix("torch.")}
-        context = self._rm.context_length
-        self.max_length: int = min(settings["max_length"], context) if context else settings["max_length"]
+        self._rm: _LoadedRM | None = None
+        self._closed = False
+        self._hold_lock = threading.Lock()
+        # Known without loading the model, so a fully cached run loads none: the weights' fingerprint or hub commit,
+        # the head, and the dtype as asked for (`auto` is float32 on CPU and bfloat16 on CUDA).
+        self._identity = {**source.identity, "kind": KIND, "head": head, "dtype": settings["dtype"]}
+        self.max_length: int = settings["max_length"]
+        """The `max_length` setting; the model's context clamps it when the model loads."""
         self._cache = cache
+
+    def _held(self) -> _LoadedRM:
+        """The loaded model, loading (or sharing) it on first use."""
+        with self._hold_lock:
+            if self._closed:
+                raise BackendUnavailableError(f"{self.spec} is closed")
+            if self._rm is None:
+                self._rm = _acquire(self._key, self._name)
+            return self._rm
 
     def identity(self) -> dict[str, str]:
         """What identifies the scores' source: weights fingerprint or hub revision, head and dtype."""
@@ -346,8 +354,10 @@ class ScalarRM:
 
     async def close(self) -> None:
         """Release this evaluator's hold on the model (freed when no other evaluator uses it)."""
-        if self._rm is not None:
-            self._rm = None
+        with self._hold_lock:
+            self._closed = True
+            held, self._rm = self._rm, None
+        if held is not None:
             await asyncio.to_thread(_release, self._key)
 
     # --------------------------------------------------------------------------------------------------------
@@ -355,46 +365,47 @@ class ScalarRM:
     def _score_sync(self, contexts: list[str], responses: list[str], order: list[int] | None) -> SetScores:
         from harness.cache import cache_key
 
-        rm = self._rm
-        if rm is None:
-            raise BackendUnavailableError(f"{self.spec} is closed")
         k = len(responses)
         scores: list[float | None] = [None] * k
-        failures: list[StageFailure] = []
-        truncated: list[dict[str, int]] = []
         n_tokens: list[int | None] = [None] * k
+        kept: list[int | None] = [None] * k
+        keys: list[str | None] = [None] * k
+        if self._cache is not None:
+            for i, (context, response) in enumerate(zip(contexts, responses, strict=True)):
+                payload = {"user": context, "assistant": response, "max_length": self.max_length}
+                keys[i] = cache_key(self._identity, "reward_score", payload)
+            found = self._cache.get_many([key for key in keys if key is not None])
+        else:
+            found = {}
+        todo = []
+        for i, key in enumerate(keys):
+            if key in found:
+                scores[i], n_tokens[i], kept[i] = _stored_score(found[key])
+            else:
+                todo.append(i)
+        if self._cache is not None:
+            self._cache.count(hits=k - len(todo), misses=len(todo))
+        failures: list[StageFailure] = []
         inputs: list[_Input] = []
-        for i, (context, response) in enumerate(zip(contexts, responses, strict=True)):
+        rm = self._held() if todo else None  # the model loads only for what the cache cannot answer
+        for i in todo:
             try:
-                ids = render_conversation(rm.tokenizer, context, response)
+                ids = render_conversation(rm.tokenizer, contexts[i], responses[i])
             except Exception as exc:  # e.g. a template that rejects the conversation
                 failures.append(
                     _failure("score", f"cannot render the conversation: {type(exc).__name__}: {exc}", i)
                 )
                 continue
             n_tokens[i] = len(ids)
-            if len(ids) > self.max_length:
-                ids = truncate_left(ids, self.max_length, rm.bos_id)
-                truncated.append({"response": i, "tokens": n_tokens[i], "kept": len(ids)})
-            key = None
-            if self._cache is not None:
-                payload = {"user": context, "assistant": response, "max_length": self.max_length}
-                key = cache_key(self._identity, "reward_score", payload)
-            inputs.append(_Input(i, ids, key))
-        found = self._cache.get_many([x.key for x in inputs]) if self._cache is not None else {}
-        todo = []
-        for x in inputs:
-            if x.key in found:
-                scores[x.response] = float(found[x.key])  # type: ignore[arg-type]
-            else:
-                todo.append(x)
-        if self._cache is not None:
-            self._cache.count(hits=len(inputs) - len(todo), misses=len(todo))
-        todo.sort(key=lambda x: -len(x.ids))
-        size = self.batch_size if (rm.pad_id is not None or rm.head != "classifier") else 1
+            limit = min(self.max_length, rm.context_length) if rm.context_length else self.max_length
+            ids = truncate_left(ids, limit, rm.bos_id)
+            kept[i] = len(ids)
+            inputs.append(_Input(i, ids, keys[i]))
+        inputs.sort(key=lambda x: -len(x.ids))
+        size = self.batch_size if rm is not None and (rm.pad_id is not None or rm.head != "classifier") else 1
         to_store: list[tuple[str, str, object]] = []
-        for start in range(0, len(todo), size):
-            batch = todo[start : start + size]
+        for start in range(0, len(inputs), size):
+            batch = inputs[start : start + size]
             try:
                 with rm.lock:
                     if rm.model is None:
@@ -412,16 +423,74 @@ class ScalarRM:
                     continue
                 scores[x.response] = value
                 if x.key is not None:
-                    to_store.append((x.key, f"{KIND}:{self._identity['model']}", value))
+                    stored = {"score": value, "tokens": n_tokens[x.response], "kept": len(x.ids)}
+                    to_store.append((x.key, f"{KIND}:{self._identity['model']}", stored))
         if self._cache is not None:
             self._cache.put_many(to_store)
         raw: dict[str, Any] = {"input_tokens": n_tokens, "max_length": self.max_length}
+        truncated = [
+            {"response": i, "tokens": n, "kept": c}
+            for i, (n, c) in enumerate(zip(n_tokens, kept))
+            if n is not None and c is not None and c < n
+        ]
         if truncated:
             raw["truncated"] = truncated
         failures.sort(key=lambda f: f.response if f.response is not None else -1)
         return SetScores(
-            tuple(scores), Trace(failures=tuple(failures), order=order, raw=raw, calls=len(todo))
+            tuple(scores), Trace(failures=tuple(failures), order=order, raw=raw, calls=len(inputs))
         )
+
+
+def _stored_score(value: object) -> tuple[float, int | None, int | None]:
+    """(score, input tokens, tokens kept) of a cache entry."""
+    if isinstance(value, dict):
+        return float(value["score"]), value.get("tokens"), value.get("kept")
+    return float(value), None, None  # type: ignore[arg-type]
+
+
+def _check_architecture(path: str, revision: str | None, name: str, *, head: str) -> None:
+    """Refuse a checkpoint that does not fit `head`, from its config.json alone (no weights, no torch).
+
+    Raises:
+        ConfigError: a classifier head on a causal LM (or the reverse), or a classifier with num_labels != 1.
+    """
+    config = _read_config(path, revision)
+    if config is not None:  # else not readable without downloading: checked when the model loads
+        _check_config(config, name, head=head)
+
+
+def _check_config(config: dict, name: str, *, head: str) -> None:
+    archs = list(config.get("architectures") or [])
+    want = "ForSequenceClassification" if head == "classifier" else "ForCausalLM"
+    if archs and not any(a.endswith(want) for a in archs):
+        hint = " (a causal-LM reward model such as Nemotron-70B-Reward-HF needs head=lm-token0)"
+        raise ConfigError(
+            f"{KIND}: {name!r} is a {'/'.join(archs)} checkpoint, not a *{want} one as head={head} needs"
+            + (hint if head == "classifier" else "")
+        )
+    labels = config.get("num_labels") or len(config.get("id2label") or {}) or 1
+    if head == "classifier" and labels != 1:
+        raise ConfigError(f"{KIND}: {name!r} has num_labels={labels}; a scalar RM needs 1")
+
+
+def _read_config(path: str, revision: str | None) -> dict | None:
+    local = Path(path) / "config.json"
+    if local.is_file():
+        target = local
+    else:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(path, "config.json", revision=revision)
+        except Exception:
+            return None
+        if not isinstance(found, str):
+            return None
+        target = Path(found)
+    try:
+        return json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _forward(rm: _LoadedRM, rows: list[list[int]]) -> list[float]:

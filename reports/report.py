@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.runstore import Manifest, RecordLog
+from harness.records import EvalRecord
+from harness.runstore import Manifest, OutputPaths, RecordLog, write_error, write_json_atomic
 from reports.render import render_csv, render_latex, render_markdown
 from reports.results import NDCG_TIES, compute_results
 from reports.tables import Column, Row, TableSpec, get_table
@@ -31,31 +32,60 @@ def adhoc_table(rows: dict[str, str], kinds: dict[str, str]) -> TableSpec:
 
 
 def write_reports(run_dir: Path) -> dict[str, Any]:
-    """Recompute results from `run_dir/records.jsonl` and write results.json and the three tables."""
+    """Recompute results from `run_dir/records.jsonl` and write results.json and the three tables.
+
+    Reads the records without touching them, so it is safe while a run writes them (a last line still being
+    written is ignored, and a note says so).
+
+    Raises:
+        ConfigError: for a folder that holds no run (or another verb's output), or unreadable records.
+    """
     run_dir = Path(run_dir)
-    manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file():
+    paths = OutputPaths.run_dir(run_dir)
+    if run_dir.is_file():
+        raise ConfigError(
+            f"{run_dir} is a file; `harness report` takes the run directory of `harness run` or `harness eval`"
+        )
+    if not paths.manifest.is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no manifest.json)")
-    manifest = Manifest(manifest_path).read()
+    manifest = Manifest(paths.manifest).read()
+    if manifest.get("command") not in ("run", "eval") or "rows" not in manifest:
+        raise ConfigError(
+            f"{run_dir}: the manifest is of `harness {manifest.get('command', '?')}`, not of a run; "
+            "`harness report` renders the run directories of `harness run` and `harness eval`"
+        )
     rows: dict[str, str] = manifest["rows"]
-    records = RecordLog(run_dir / "records.jsonl", ("evaluator", "benchmark", "item", "repeat")).records()
-    table = manifest["config"].get("table")
+    log = RecordLog(paths.records, EvalRecord)
+    records = log.records()
+    config = manifest.get("config", {})
+    table = config.get("table")
     if table:
         spec = get_table(table)
         spec = TableSpec(spec.name, spec.title, tuple(r for r in spec.rows if r.label in rows), spec.columns,
                          spec.paper, spec.seeds)
     else:
-        kinds = {r["benchmark"]: r["kind"] for r in records}
-        spec = adhoc_table(rows, kinds)
+        spec = adhoc_table(rows, manifest.get("benchmark_kinds") or {r.benchmark: r.kind for r in records})
     results = compute_results(records, rows)
-    notes = [f"preset: {manifest['config'].get('preset', '-')}; repeats: {manifest['config'].get('seeds')}; "
+    notes = [f"preset: {config.get('preset', '-')}; repeats: {config.get('seeds')}; "
              f"records: {len(records)}; status: {manifest.get('status')}"]
-    notes += [f"{what} unavailable: {why}" for what, why in manifest.get("summary", {}).get("unavailable", {}).items()]
+    if log.torn_line:
+        notes.append("the last line of records.jsonl is incomplete (a run is writing it, or was killed): ignored")
+    notes += [f"{what} unavailable: {why}" for what, why in (manifest.get("unavailable") or {}).items()]
     notes += [f"{label}: {ev}" for label, ev in rows.items()]
     payload = {"table": spec.name, "rows": rows, "results": results, "notes": notes,
                "conventions": {"ndcg_ties": NDCG_TIES, "strict": "ties and unscorable items count as wrong"}}
-    (run_dir / "results.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    (run_dir / "table.md").write_text(render_markdown(spec, results, notes))
-    (run_dir / "table.tex").write_text(render_latex(spec, results))
-    (run_dir / "table.csv").write_text(render_csv(spec, results))
+    write_json_atomic(run_dir / "results.json", payload)
+    _write_text(run_dir / "table.md", render_markdown(spec, results, notes))
+    _write_text(run_dir / "table.tex", render_latex(spec, results))
+    _write_text(run_dir / "table.csv", render_csv(spec, results))
     return payload
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise write_error(path, exc) from None

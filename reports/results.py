@@ -13,27 +13,28 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from benchmarks import metrics
+from harness.records import EvalRecord
 
 NDCG_TIES = "scikit-learn ndcg_score convention: tied predicted scores get the average gain over their orderings"
 
 
-def _pairwise(records: list[dict]) -> dict[str, Any]:
+def _pairwise(records: list[EvalRecord]) -> dict[str, Any]:
     pairs = []
     for r in records:
-        s, p = r["scores"], r["preferred"]
+        s, p = r.scores, r.preferred
         pairs.append((s[p], s[1 - p]))
     result = metrics.pairwise_result(pairs, seed=0).to_json()
     out = {"acc": result}
-    if records and "chosen_style" in records[0]["meta"]:
+    if records and "chosen_style" in records[0].meta:
         out["rm_bench"] = _rm_bench(records)
     return out
 
 
-def _rm_bench(records: list[dict]) -> dict[str, Any]:
+def _rm_bench(records: list[EvalRecord]) -> dict[str, Any]:
     """RM-Bench's hard/normal/easy per domain group, averaged over groups; None where a 3x3 matrix is incomplete."""
     by_domain: dict[str, list] = defaultdict(list)
     for r in records:
-        s, p, m = r["scores"], r["preferred"], r["meta"]
+        s, p, m = r.scores, r.preferred, r.meta
         ok = None if s[p] is None or s[1 - p] is None else s[p] > s[1 - p]
         by_domain[m.get("domain_group", m.get("domain", "all"))].append(
             (int(m["chosen_style"]), int(m["rejected_style"]), ok)
@@ -49,9 +50,9 @@ def _rm_bench(records: list[dict]) -> dict[str, Any]:
     return {"per_domain": per_domain, "average": average}
 
 
-def _listwise(records: list[dict]) -> dict[str, Any]:
-    scores = [None if r["n_unscored"] else r["scores"] for r in records]
-    result = metrics.listwise_result(scores, [r["gold_ranks"] for r in records], seed=0).to_json()
+def _listwise(records: list[EvalRecord]) -> dict[str, Any]:
+    scores = [None if r.n_unscored else list(r.scores) for r in records]
+    result = metrics.listwise_result(scores, [list(r.gold_ranks) for r in records], seed=0).to_json()
     return {"acc": result["acc"], "ndcg": result["ndcg"]}
 
 
@@ -80,15 +81,15 @@ def _summarise(per_repeat: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def compute_results(records: Iterable[dict], rows: Mapping[str, str]) -> dict[str, Any]:
+def compute_results(records: Iterable[EvalRecord], rows: Mapping[str, str]) -> dict[str, Any]:
     """Results per row label and benchmark from records; `rows` maps row label -> evaluator spec.
 
     Only complete repeats count: a repeat missing some items of a benchmark (an interrupted run) is left out and
     reported under `incomplete_repeats`, so partial runs render honestly.
     """
-    grouped: dict[tuple[str, str], dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    grouped: dict[tuple[str, str], dict[int, list[EvalRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        grouped[(r["evaluator"], r["benchmark"])][r["repeat"]].append(r)
+        grouped[(r.evaluator, r.benchmark)][r.repeat].append(r)
     results: dict[str, Any] = {}
     for label, spec in rows.items():
         cells = {}
@@ -98,8 +99,8 @@ def compute_results(records: Iterable[dict], rows: Mapping[str, str]) -> dict[st
             size = max(len(v) for v in repeats.values())
             # Records are in completion order, which differs between runs (concurrency, resume); sorting by item
             # makes the bootstrap intervals, which resample per-item values, independent of it.
-            complete = {k: sorted(v, key=lambda r: r["item"]) for k, v in sorted(repeats.items()) if len(v) == size}
-            kind = next(iter(complete.values()))[0]["kind"]
+            complete = {k: sorted(v, key=lambda r: r.item) for k, v in sorted(repeats.items()) if len(v) == size}
+            kind = next(iter(complete.values()))[0].kind
             per_repeat = [(_pairwise if kind == "pairwise" else _listwise)(v) for v in complete.values()]
             cell = _summarise(per_repeat)
             cell["kind"] = kind

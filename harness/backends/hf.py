@@ -62,6 +62,7 @@ from harness.backends.base import (
     chat_to_json,
     sample_seed,
 )
+from harness.backends.merge import CallMerger
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory, ModelNotFoundError
 from harness.registry import register
 
@@ -231,22 +232,25 @@ class _Source:
     path: str
     """A local checkpoint folder or a hub repo id."""
     revision: str | None
-    """Hub revision (None for local folders)."""
+    """The hub commit to load (resolved from the requested revision; None for local folders)."""
     identity: dict[str, str]
-    """identity() minus what is only known after loading."""
+    """The model's identity (`Backend.identity`): kind, model, and the weights' fingerprint or hub commit."""
     hub: bool
 
 
 def locate_model(name: str, *, kind: str) -> _Source:
-    """Classify `name` as a GGUF file, a local folder or a hub id (`repo@revision`); convert a GGUF file once.
+    """Classify `name` as a GGUF file, a local folder or a hub id (`repo@revision`) and identify its weights.
+
+    Nothing is loaded: a local checkpoint is fingerprinted (`weights_fingerprint`; a GGUF file is converted once),
+    a hub id is resolved to a commit (`hub_commit`), so the identity is known, and stable, before any weights load.
 
     Args:
         name: What followed `KIND:` in the spec.
         kind: The backend kind, written into the identity.
 
     Raises:
-        ModelNotFoundError: for a local path that does not exist or is not a checkpoint folder or `.gguf`
-            file.
+        ModelNotFoundError: for a local path that does not exist or is not a checkpoint folder or `.gguf` file,
+            or a hub id that is neither cached nor (online) on the hub.
     """
     from harness.backends.models import convert_gguf, weights_fingerprint
 
@@ -273,22 +277,39 @@ def locate_model(name: str, *, kind: str) -> _Source:
             path = expanded
         return _Source(str(path), None, {"kind": kind, "model": name, "weights": weights}, hub=False)
     repo, _, revision = name.partition("@")
-    return _Source(repo, revision or None, {"kind": kind, "model": repo}, hub=True)
+    commit = hub_commit(repo, revision or None)
+    return _Source(repo, commit, {"kind": kind, "model": repo, "revision": commit}, hub=True)
 
 
 def hub_commit(repo: str, revision: str | None) -> str:
-    """The commit hash of a locally cached hub snapshot, else the requested revision (or `main`)."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
+    """The commit a hub id names: the locally cached snapshot's, else (online) the hub's answer.
 
-        found = try_to_load_from_cache(repo, "config.json", revision=revision)
-    except Exception:
+    Raises:
+        ModelNotFoundError: when the model is not cached and the hub is offline, or the hub does not know it.
+    """
+    import huggingface_hub
+
+    shown = f"{repo}@{revision}" if revision else repo
+    try:
+        found = huggingface_hub.try_to_load_from_cache(repo, "config.json", revision=revision)
+    except Exception:  # an invalid repo id, say: the hub look-up below names the problem
         found = None
     if isinstance(found, str):
         parts = Path(found).parts
         if "snapshots" in parts:
             return parts[parts.index("snapshots") + 1]
-    return revision or "main"
+    if revision and len(revision) == 40 and all(c in "0123456789abcdef" for c in revision):
+        return revision
+    if huggingface_hub.is_offline_mode():
+        raise ModelNotFoundError(
+            f"model {shown!r} is not in the local Hugging Face cache and the hub is offline (HF_HUB_OFFLINE=1)"
+        )
+    try:
+        info = huggingface_hub.HfApi().model_info(repo, revision=revision)
+    except Exception as exc:  # unknown repo, gated, no network
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelNotFoundError(f"cannot find model {shown!r} on the Hugging Face hub: {first}") from None
+    return str(info.sha)
 
 
 @register("backend", "hf")
@@ -297,16 +318,16 @@ class HFBackend:
 
     Implements the `Backend` protocol as the module docstring describes.
 
-    The model loads in the constructor, so a missing model fails before a run starts.
+    Constructing the backend locates and identifies the model (so a missing model fails before a run starts) but
+    loads nothing: the tokenizer and weights load on the first request (or `load()` / `probe()`), so a run the
+    call cache answers entirely imports neither torch nor transformers.
 
     Args:
         name: Hub id (optionally `@revision`), local checkpoint folder, or `.gguf` file.
         options: Load-time choices (`device`, `dtype`, `batch_size`); other fields are ignored.
 
     Raises:
-        ModelNotFoundError: for a missing local path, or a hub id that cannot be loaded (offline, unknown,
-            gated).
-        BackendUnavailableError: when torch or transformers is not installed.
+        ModelNotFoundError: for a missing local path, or a hub id that is neither cached nor on the hub.
         ConfigError: for an unknown dtype or a batch size below 1.
     """
 
@@ -317,23 +338,52 @@ class HFBackend:
         self.options = options or BackendOptions()
         if self.options.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.options.batch_size}")
-        self._lock = threading.Lock()
+        if self.options.dtype != "auto" and self.options.dtype not in _DTYPES:
+            raise ConfigError(f"unknown dtype {self.options.dtype!r}; valid: auto, {', '.join(_DTYPES)}")
+        self._lock = threading.RLock()  # loading happens inside locked forward passes too
         self._source = locate_model(name, kind=self.kind)
+        self._identity = dict(self._source.identity)
         self._lm: Any = None
         self._tok: Any = None
-        self._load()
-        ident = dict(self._source.identity)
-        if self._source.hub:
-            ident["revision"] = hub_commit(self._source.path, self._source.revision)
-        self._identity = ident
+        self._closed = False
+        self.loads = 0
+        """How many times weights were loaded (0 until the first request the cache could not answer)."""
         self._candidate_cache: dict[str, list[int]] = {}
         self._token_texts: dict[int, str] = {}
-        # Requests from concurrent `generate` calls (several sets scored at once) are merged into shared batches.
-        self._pending: list[tuple[list[GenerateRequest], asyncio.Future]] = []
-        self._drainer: asyncio.Task | None = None
+        self._merged_generate = CallMerger(
+            lambda merged: asyncio.to_thread(self._locked, self._generate_sync, merged)
+        )
 
     # --------------------------------------------------------------------------------------------------------
     # Loading
+
+    def load(self) -> None:
+        """Load the tokenizer and weights now (a no-op once loaded).
+
+        Raises:
+            ModelNotFoundError: when the weights cannot be loaded (gated, not downloadable, broken files).
+            BackendUnavailableError: when torch or transformers is not installed, or the backend is closed.
+        """
+        with self._lock:
+            self._ensure_loaded()
+
+    def _ensure_loaded(self) -> None:
+        """Load unless loaded; the caller holds `self._lock`."""
+        if self._closed:
+            raise BackendUnavailableError(f"hf backend for {self.model!r} is closed")
+        if self._lm is None:
+            self._load()
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer (loads the model)."""
+        self.load()
+        return self._tok
+
+    @property
+    def chat_template(self) -> bool:
+        """Whether the tokenizer has a chat template (loads the model)."""
+        return has_chat_template(self.tokenizer)
 
     def _load(self) -> None:
         try:
@@ -373,25 +423,26 @@ class HFBackend:
         lm.generation_config = GenerationConfig(
             bos_token_id=old.bos_token_id, eos_token_id=self._eos_ids or None, pad_token_id=self._pad_id
         )
-        self.chat_template = has_chat_template(tok)
         text_config = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
         self.context_length: int | None = getattr(text_config, "max_position_embeddings", None)
-        self._lm, self._tok = lm, tok
         self._torch = torch
         # The KV-cache argument of `forward`: `cache` since transformers 5, `past_key_values` before.
         forward_args = inspect.signature(lm.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+        self._lm, self._tok = lm, tok
+        self.loads += 1
 
     # --------------------------------------------------------------------------------------------------------
     # Protocol
 
     def identity(self) -> dict[str, str]:
-        """`{"kind": "hf", "model": name, "weights": fingerprint}` for local weights, or `"revision"` (the
-        cached snapshot's commit hash, else the requested revision) for hub ids."""
+        """`{"kind": "hf", "model": name, "weights": fingerprint}` for local weights, or `"revision"` (the hub
+        commit: the cached snapshot's, else the hub's for the requested revision) for hub ids."""
         return dict(self._identity)
 
     async def probe(self) -> None:
-        """Nothing to check: the constructor already loaded the model."""
+        """Load the model (the call cache probes a backend before its first uncached request)."""
+        await asyncio.to_thread(self.load)
 
     async def close(self) -> None:
         """Free the model (and the CUDA cache)."""
@@ -399,6 +450,9 @@ class HFBackend:
 
     def _free(self) -> None:
         with self._lock:
+            self._closed = True
+            if self._lm is None:
+                return
             self._lm = None
             gc.collect()
             if self.device.startswith("cuda"):
@@ -407,40 +461,11 @@ class HFBackend:
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         """Complete every request (see the module docstring), aligned with `requests`.
 
+        Concurrent calls are merged into shared batches (`CallMerger`): rows carry their own seeds, stops and
+        budgets, so merging changes no sampled output; greedy float32 outputs were measured batch-invariant on CPU.
         Per-request failures are returned as `Completion.error`, never raised.
         """
-        if not requests:
-            return []
-        future = asyncio.get_running_loop().create_future()
-        self._pending.append((list(requests), future))
-        if self._drainer is None or self._drainer.done():
-            self._drainer = asyncio.create_task(self._drain())
-        return await future
-
-    async def _drain(self) -> None:
-        """Run pending requests together: what arrives while a batch runs joins the next one.
-
-        Rows carry their own seeds, stops and budgets (see the module docstring), so merging calls changes no
-        sampled output; greedy float32 outputs were measured batch-invariant on CPU.
-        """
-        while self._pending:
-            await asyncio.sleep(0)  # let callers that are starting right now join this round
-            calls, self._pending = self._pending, []
-            merged = [r for reqs, _ in calls for r in reqs]
-            try:
-                results = await asyncio.to_thread(self._locked, self._generate_sync, merged)
-            except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
-                for _, future in calls:
-                    if not future.done():
-                        future.set_exception(exc)
-                if not isinstance(exc, Exception):
-                    raise
-                continue
-            start = 0
-            for reqs, future in calls:
-                if not future.done():
-                    future.set_result(results[start : start + len(reqs)])
-                start += len(reqs)
+        return await self._merged_generate(requests)
 
     async def next_token_logprobs(
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
@@ -462,13 +487,12 @@ class HFBackend:
 
     def _locked(self, fn: Callable[..., T], *args: Any) -> T:
         with self._lock:
-            if self._lm is None:
-                raise BackendUnavailableError(f"hf backend for {self.model!r} is closed")
+            self._ensure_loaded()
             return fn(*args)
 
     def encode(self, messages: Sequence[Message], assistant_prefix: str = "") -> list[int]:
         """Token ids of the prompt (see `encode_chat`)."""
-        return encode_chat(self._tok, messages, assistant_prefix)
+        return encode_chat(self.tokenizer, messages, assistant_prefix)
 
     def _prompt(
         self, messages: Sequence[Message], prefix: str = ""

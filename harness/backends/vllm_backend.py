@@ -44,6 +44,7 @@ from harness.backends.base import (
     Usage,
     sample_seed,
 )
+from harness.backends.merge import CallMerger
 from harness.errors import BackendUnavailableError, Failure, FailureCategory
 from harness.registry import register
 
@@ -66,26 +67,50 @@ class VLLMBackend:
             `dtype`, `top_logprobs`; other fields are ignored.
 
     Raises:
-        BackendUnavailableError: vllm not installed, no CUDA device, or an option this vLLM version lacks.
-        ModelNotFoundError: for a missing local path.
+        BackendUnavailableError: vllm not installed (the engine starts on the first request: no CUDA device
+            or an option this vLLM lacks fail then).
+        ModelNotFoundError: for a missing local path, or a hub id that is neither cached nor on the hub.
     """
 
     kind = "vllm"
 
     def __init__(self, name: str, options: BackendOptions | None = None) -> None:
-        from harness.backends.hf import hub_commit, locate_model
+        from harness.backends.hf import locate_model
 
         self.model = name
-        self.options = opts = options or BackendOptions()
+        self.options = options or BackendOptions()
         if importlib.util.find_spec("vllm") is None:
             raise BackendUnavailableError(INSTALL_HINT)
+        self._source = locate_model(name, kind=self.kind)
+        self._identity = dict(self._source.identity)
+        self._llm: Any = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._token_texts: dict[int, str] = {}
+        self._merged_generate = CallMerger(self._generate_now)
+        self.loads = 0
+        """How many times the engine was started (0 until the first request the cache could not answer)."""
+
+    def load(self) -> None:
+        """Start the engine now (a no-op once started).
+
+        Raises:
+            BackendUnavailableError: no CUDA device, an option this vLLM lacks, or the backend is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise BackendUnavailableError(f"vllm backend for {self.model!r} is closed")
+            if self._llm is None:
+                self._start()
+
+    def _start(self) -> None:
         import torch
 
         if not torch.cuda.is_available():
             raise BackendUnavailableError(f"no CUDA device found; {INSTALL_HINT}")
         import vllm
 
-        self._source = src = locate_model(name, kind=self.kind)
+        src, opts = self._source, self.options
         engine_fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
         kwargs: dict[str, Any] = {
             "model": src.path,
@@ -104,16 +129,12 @@ class VLLMBackend:
                     f"this vLLM ({vllm.__version__}) has no data_parallel_size; set it to 1 or upgrade vllm"
                 )
             kwargs["data_parallel_size"] = opts.data_parallel_size
-        self._llm = vllm.LLM(**kwargs)
+        llm = vllm.LLM(**kwargs)
         self._vllm = vllm
-        self._tok = self._llm.get_tokenizer()
-        self._token_texts: dict[int, str] = {}
-        self._lock = threading.Lock()
+        self._tok = llm.get_tokenizer()
+        self._llm = llm
         self.context_length = self._max_model_len()
-        ident = dict(src.identity)
-        if src.hub:
-            ident["revision"] = hub_commit(src.path, src.revision)
-        self._identity = ident
+        self.loads += 1
 
     def _max_model_len(self) -> int | None:
         engine = self._llm.llm_engine
@@ -127,7 +148,8 @@ class VLLMBackend:
         return dict(self._identity)
 
     async def probe(self) -> None:
-        """Nothing to check: the engine started in the constructor."""
+        """Start the engine (the call cache probes a backend before its first uncached request)."""
+        await asyncio.to_thread(self.load)
 
     async def close(self) -> None:
         """Drop the engine (vLLM frees its GPU memory when the engine is collected)."""
@@ -135,6 +157,7 @@ class VLLMBackend:
 
     def _drop(self) -> None:
         with self._lock:
+            self._closed = True
             self._llm = None
 
     def _prompt(self, messages, prefix: str = "") -> tuple[list[int] | None, Failure | None]:
@@ -159,7 +182,14 @@ class VLLMBackend:
             )
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
-        """Complete every request; aligned with `requests`, never raises per request."""
+        """Complete every request; aligned with `requests`, never raises per request.
+
+        Concurrent calls are merged into one engine call (`CallMerger`), so the engine batches them.
+        """
+        await self.probe()
+        return await self._merged_generate(requests)
+
+    async def _generate_now(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         from harness.backends.hf import PLAIN_STOPS, has_chat_template
 
         SamplingParams = self._vllm.SamplingParams
@@ -259,6 +289,7 @@ class VLLMBackend:
         what branches share once."""
         from harness.backends.hf import candidate_token_ids, encode_contexts
 
+        await self.probe()
         cand_ids = {c: candidate_token_ids(self._tok, c) for c in candidates}
         params = self._vllm.SamplingParams(
             n=1, temperature=0.0, max_tokens=1, logprobs=self.options.top_logprobs

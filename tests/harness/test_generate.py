@@ -28,7 +28,8 @@ def test_one_line_per_prompt_and_sample_with_derived_seeds(tmp_path: Path):
     summary = _run(ScriptedBackend(), _prompts("a", "b"), out, n=3, temperature=1.0, seed=5)
     lines = _lines(out)
     assert [(x["id"], x["sample"]) for x in lines] == [(f"p{i}", s) for i in range(2) for s in range(3)]
-    assert summary.answered == 6 and summary.failed == 0
+    assert all(x["schema"] == "generation/1" for x in lines)
+    assert (summary.total, summary.complete, summary.with_failures) == (6, 6, 0)
     assert len({x["text"] for x in lines}) == 6  # every sample its own seed
     again = tmp_path / "again.jsonl"
     _run(ScriptedBackend(), _prompts("a", "b"), again, n=3, temperature=1.0, seed=5)
@@ -37,26 +38,28 @@ def test_one_line_per_prompt_and_sample_with_derived_seeds(tmp_path: Path):
     _run(ScriptedBackend(), _prompts("a", "b"), other, n=3, temperature=1.0, seed=6)
     assert [x["text"] for x in _lines(other)] != [x["text"] for x in lines]
     manifest = json.loads(out.with_name("gen.jsonl.manifest.json").read_text())
-    assert manifest["status"] == "finished" and manifest["config"]["n"] == 3
-    assert manifest["summary"]["answered"] == 6
+    assert manifest["status"] == "finished" and manifest["settings"]["n"] == 3
+    assert manifest["summary"]["complete"] == 6 and manifest["summary"]["written"] == 6
 
 
 def test_resume_skips_answered_and_retries_failed(tmp_path: Path):
     out = tmp_path / "gen.jsonl"
     backend = ScriptedBackend()
     summary = _run(backend, _prompts("ok", "FAIL me"), out)
-    assert (summary.answered, summary.failed, summary.failures) == (1, 1, {"server_error": 1})
+    assert (summary.complete, summary.with_failures, summary.failures) == (1, 1, {"server_error": 1})
     assert _lines(out)[1]["error"]["category"] == "server_error"
+    manifest = json.loads(out.with_name("gen.jsonl.manifest.json").read_text())
+    assert manifest["status"] == "finished_with_failures"
 
     backend.fail_marker = "never"
     summary = _run(backend, _prompts("ok", "FAIL me"), out)
-    assert (summary.answered, summary.failed, summary.skipped) == (1, 0, 1)
+    assert (summary.complete, summary.with_failures, summary.skipped, summary.written) == (2, 0, 1, 1)
     assert [r.messages[-1].content for r in backend.requests] == ["ok", "FAIL me", "FAIL me"]
     lines = _lines(out)
     assert [(x["id"], x["error"]) for x in lines] == [("p0", None), ("p1", None)]  # compacted: one line per key
 
     summary = _run(backend, _prompts("ok", "FAIL me"), out)
-    assert summary.skipped == 2 and summary.backend_calls == 0 and len(backend.requests) == 3
+    assert summary.skipped == 2 and summary.written == 0 and len(backend.requests) == 3
 
 
 def test_identical_run_into_new_file_is_all_cache_hits(tmp_path: Path):

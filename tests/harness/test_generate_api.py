@@ -68,7 +68,7 @@ def test_faulty_server_run_records_every_failure_and_leaks_no_key(tmp_path: Path
         second = harness(*args, env=env)
 
     assert first.returncode == 1, first.stderr[-2000:]
-    assert "60 answered, 5 failed" in first.stdout
+    assert "65 samples (60 complete, 5 with failures, 0 already done)" in first.stdout
     lines = _lines(out)
     keys = [(x["id"], x["sample"]) for x in lines]
     assert len(keys) == len(set(keys)) == 65  # one line per (id, sample), nothing duplicated

@@ -537,8 +537,11 @@ def test_vllm_backend_maps_requests_onto_the_engine(fake_vllm, tiny_dir: Path) -
     from harness.backends.hf import candidate_token_ids
     from harness.backends.vllm_backend import VLLMBackend
 
+    started = len(fake_vllm.instances)
     b = load_backend(f"vllm:{tiny_dir}", BackendOptions(top_logprobs=50))
     assert isinstance(b, VLLMBackend) and b.identity()["kind"] == "vllm" and "weights" in b.identity()
+    assert len(fake_vllm.instances) == started and b.loads == 0  # the engine starts on the first request
+    b.load()
     engine = fake_vllm.instances[-1]
     assert engine.kwargs["enable_prefix_caching"] is True and "data_parallel_size" not in engine.kwargs
     sampled, greedy, too_long = asyncio.run(
@@ -571,6 +574,7 @@ def test_vllm_backend_maps_requests_onto_the_engine(fake_vllm, tiny_dir: Path) -
 
 def test_vllm_backend_prefill_min_tokens_and_branches(fake_vllm, tiny_dir: Path) -> None:
     b = load_backend(f"vllm:{tiny_dir}", BackendOptions(top_logprobs=50))
+    b.load()
     engine = fake_vllm.instances[-1]
     chat = user_chat("Yes or No?")
     prefilled, plain = asyncio.run(
@@ -621,6 +625,7 @@ def test_vllm_backend_token_logprobs(fake_vllm, tiny_dir: Path) -> None:
 
     b = load_backend(f"vllm:{tiny_dir}")
     assert isinstance(b, VLLMBackend)
+    b.load()
     tok = b._tok
     full, stopped, plain = asyncio.run(
         b.generate([req("Hi", n=2, logprobs=3), req("Hi", logprobs=3, stop=("r Y",)), req("Hi")])
@@ -656,8 +661,22 @@ def test_vllm_backend_without_cuda_refuses(
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    b = load_backend(f"vllm:{tiny_dir}")  # building it starts nothing
     with pytest.raises(BackendUnavailableError, match="CUDA"):
-        load_backend(f"vllm:{tiny_dir}")
+        b.load()
+
+
+def test_vllm_backend_merges_concurrent_calls_into_one_engine_call(fake_vllm, tiny_dir: Path) -> None:
+    b = load_backend(f"vllm:{tiny_dir}")
+    calls = [[req(f"set {i}", n=2, temperature=0.5, seed=i)] for i in range(5)]
+
+    async def go():
+        return await asyncio.gather(*(b.generate(c) for c in calls))
+
+    together = asyncio.run(go())
+    engine = fake_vllm.instances[-1]
+    assert len(engine.calls) < 5 and sum(len(p) for p, _ in engine.calls) == 10  # 5 calls x 2 samples
+    assert [r[0].texts for r in together] == [asyncio.run(b.generate(c))[0].texts for c in calls]
 
 
 def test_concurrent_calls_share_batches_and_keep_their_results(backend, monkeypatch) -> None:

@@ -95,6 +95,15 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path: Path
                                        text=True, timeout=300)
         assert uninterrupted.returncode == 0, uninterrupted.stderr
 
+        # A second identical run makes no model calls and reports from the records alone.
+        before = len(judge.requests)
+        again = subprocess.run(_args(config, out, shared_data), env=env, capture_output=True, text=True,
+                               timeout=300)
+        assert len(judge.requests) == before
+    assert again.returncode == 0, again.stderr
+    assert "60 sets (60 complete, 0 with failures, 60 already done)" in again.stdout
+    assert "backend calls: 0" in again.stdout
+
     records = _records(out)
     keys = [(r["evaluator"], r["benchmark"], r["item"], r["repeat"]) for r in records]
     assert len(keys) == len(set(keys)) == 60  # nothing duplicated, nothing lost
@@ -103,41 +112,34 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path: Path
     ours = json.loads((out / "results.json").read_text())["results"]
     assert ours == json.loads((whole / "results.json").read_text())["results"]
     assert ours[ROW]["benchmarks"]["ultrafeedback"]["acc"]["n"] == 60
-
-    # A second identical run makes no model calls and reports from the records alone.
-    with serve_in_thread(CountingJudge()) as url:
-        again = subprocess.run(_args(_config(tmp_path, url), out, shared_data), env=env, capture_output=True,
-                               text=True, timeout=300)
-    assert "0 sets scored" in again.stdout and "backend calls: 0" in again.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [s.get("status") for s in manifest["sessions"]] == [None, "finished", "finished"]  # killed: no status
 
 
 def test_report_rerenders_without_models(tmp_path: Path):
-    from harness.runstore import RunDir
-    from harness.runner import KEY_FIELDS
+    from harness.records import EvalRecord
+    from harness.runstore import Output, OutputPaths
     from reports.report import write_reports
 
-    run = RunDir(tmp_path / "run", key_fields=KEY_FIELDS)
-    run.manifest.start(command="run", config={"table": "table1", "preset": "cpu", "seeds": 1},
-                       extra={"rows": {ROW: "x:y", "DR-Generator-8B": "x:z"}})
+    paths = OutputPaths.run_dir(tmp_path / "run")
     recs = []
     for i, (a, b) in enumerate([(0.9, 0.1), (0.2, 0.8), (0.5, 0.5), (None, 0.3)]):
         for spec, flip in (("x:y", False), ("x:z", True)):
-            scores = [b, a] if flip and a is not None else [a, b]
-            recs.append({"evaluator": spec, "benchmark": "judgebench", "item": f"i{i}", "repeat": 0, "seed": 0,
-                         "kind": "pairwise", "meta": {}, "preferred": 0, "scores": scores,
-                         "n_unscored": int(None in scores), "trace": {"failures": []}})
-    run.records.append(recs)
-    run.records.close()
-    run.manifest.finish()
-    payload = write_reports(run.path)
+            scores = (b, a) if flip and a is not None else (a, b)
+            recs.append(EvalRecord(spec, "judgebench", f"i{i}", 0, 0, "pairwise", scores, preferred=0))
+    with Output(paths, EvalRecord, command="run", settings={}, config={"table": "table1", "preset": "cpu",
+                "seeds": 1}, extra={"rows": {ROW: "x:y", "DR-Generator-8B": "x:z"}}) as output:
+        output.log.append(recs)
+    payload = write_reports(paths.records.parent)
     cell = payload["results"][ROW]["benchmarks"]["judgebench"]["acc"]
     assert (cell["value"], cell["n"], cell["n_failed"], cell["tie_rate"]) == (0.25, 4, 1, 0.25)
-    md = (run.path / "table.md").read_text()
+    run = paths.records.parent
+    md = (run / "table.md").read_text()
     assert f"| {ROW} | **<u>25.0</u>** |" in md  # the best row, and the best dynamic-rubric row
     assert "| *paper* | 36.4 |" in md  # the paper's number beside ours
-    tex = (run.path / "table.tex").read_text()
+    tex = (run / "table.tex").read_text()
     assert r"\toprule" in tex and r"\textbf{\underline{25.0}}" in tex
-    csv = (run.path / "table.csv").read_text().splitlines()
+    csv = (run / "table.csv").read_text().splitlines()
     assert csv[0].startswith("row,evaluator,benchmark,metric,value") and len(csv) == 1 + 2 * 8
 
 
@@ -158,9 +160,11 @@ def test_results_do_not_depend_on_record_order():
 
     from reports.results import compute_results
 
+    from harness.records import EvalRecord
+
     recs = [
-        {"evaluator": "e", "benchmark": "b", "item": f"i{i}", "repeat": 0, "kind": "pairwise", "meta": {},
-         "preferred": 0, "scores": [2.0 if random.Random(i).random() < 0.2 else 0.0, 1.0], "n_unscored": 0}
+        EvalRecord("e", "b", f"i{i}", 0, 0, "pairwise", (2.0 if random.Random(i).random() < 0.2 else 0.0, 1.0),
+                   preferred=0)
         for i in range(60)
     ]
     shuffled = list(recs)
@@ -171,9 +175,10 @@ def test_results_do_not_depend_on_record_order():
 def test_listwise_records_give_top1_and_ndcg_over_repeats():
     from reports.results import compute_results
 
+    from harness.records import EvalRecord
+
     def rec(item, repeat, scores, gold):
-        return {"evaluator": "e", "benchmark": "nectar_lmsys", "item": item, "repeat": repeat, "kind": "listwise",
-                "meta": {}, "gold_ranks": gold, "scores": scores, "n_unscored": int(None in scores)}
+        return EvalRecord("e", "nectar_lmsys", item, repeat, 0, "listwise", tuple(scores), gold_ranks=tuple(gold))
 
     recs = [
         rec("a", 0, [0.9, 0.5, 0.1], [1, 2, 3]),  # perfect: top-1 right, nDCG 1

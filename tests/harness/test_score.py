@@ -40,9 +40,10 @@ def test_scores_resume_and_retry_incomplete(tmp_path: Path):
     out = tmp_path / "scores.jsonl"
     judge = LengthJudge()
     summary = asyncio.run(run_score(judge, sets, out, seed=3))
-    assert (summary.scored, summary.incomplete, summary.failures) == (1, 1, {"parse": 1})
+    assert (summary.complete, summary.with_failures, summary.failures) == (1, 1, {"parse": 1})
     lines = {x["id"]: x for x in _lines(out)}
     assert lines["a"]["scores"] == [1.0, 2.0] and lines["a"]["evaluator"] == "length-judge"
+    assert lines["a"]["schema"] == "score/1" and lines["a"]["seed"] != lines["b"]["seed"]
     assert lines["b"]["scores"] == [None, 1.0] and lines["b"]["n_unscored"] == 1
     assert lines["b"]["trace"]["failures"][0] == {
         "stage": "verify",
@@ -55,8 +56,13 @@ def test_scores_resume_and_retry_incomplete(tmp_path: Path):
     seeds = dict((p, s) for p, s in judge.seen)
     assert seeds["p"] != seeds["q"]  # derived per set id
 
+    # A parse failure is final: the rerun keeps it (it would only replay the same cached output) ...
     summary = asyncio.run(run_score(judge, sets, out, seed=3))
-    assert summary.skipped == 1 and [p for p, _ in judge.seen[2:]] == ["q"]  # only the incomplete set again
+    assert summary.skipped == 2 and summary.written == 0 and len(judge.seen) == 2
+    assert summary.with_failures == 1 and summary.final_failures == 1
+    # ... unless asked to redo it.
+    summary = asyncio.run(run_score(judge, sets, out, seed=3, retry_failed=True))
+    assert summary.skipped == 1 and [p for p, _ in judge.seen[2:]] == ["q"]  # only the failed set again
     assert judge.seen[2][1] == seeds["q"]  # same derived seed on retry
     assert [x["id"] for x in _lines(out)] == ["a", "b"]  # compacted, one line per set
 
@@ -120,7 +126,8 @@ def test_score_cli_end_to_end_with_a_pairwise_judge(tmp_path: Path):
             env=env,
         )
     assert first.returncode == 0, first.stderr
-    assert "1 fully scored" in first.stdout and "backend calls: 2" in first.stdout
+    assert "1 sets (1 complete, 0 with failures, 0 already done)" in first.stdout
+    assert "backend calls: 2" in first.stdout
     [line] = _lines(out)
     # The judge prefers whichever response it sees first: the two orders disagree, so the pair is a tie.
     assert line["evaluator"] == "pairwise-judge:model=openai:judge" and line["scores"] == [0.5, 0.5]

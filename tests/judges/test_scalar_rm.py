@@ -197,7 +197,7 @@ def test_single_response(rm_dir: Path) -> None:
 def test_truncation_is_noted_and_keeps_the_end(rm_dir: Path) -> None:
     long = "The quick brown fox jumps over the lazy dog. " * 8
     _, result = score(f"scalar-rm:model={rm_dir},max_length=500", responses=[long, "Yes."])
-    assert result.trace.raw["max_length"] == 128  # clamped to the model's context
+    assert result.trace.raw["max_length"] == 500  # the setting; the model's context (128) clamps it
     (note,) = result.trace.raw["truncated"]
     assert note["response"] == 0 and note["tokens"] > 128 and note["kept"] == 128
     assert result.trace.failures == () and all(math.isfinite(s) for s in result.scores)
@@ -208,9 +208,28 @@ def test_call_cache_serves_repeats_and_keys_on_the_input(rm_dir: Path, tmp_path:
     _, first = score(f"scalar-rm:model={rm_dir}", cache=cache)
     _, second = score(f"scalar-rm:model={rm_dir}", cache=cache, seed=5)
     assert first.trace.calls == 3 and second.trace.calls == 0 and second.scores == first.scores
+    assert second.trace.raw == first.trace.raw  # a cached score's trace says what a computed one says
     _, other = score(f"scalar-rm:model={rm_dir},with_responses=true", cache=cache)
     assert other.trace.calls == 3  # a different input is a different entry
     assert cache.stats().entries == 6
+
+
+def test_a_fully_cached_set_loads_no_model(rm_dir: Path, tmp_path: Path) -> None:
+    cache = CallCache(tmp_path / "c.sqlite")
+    spec = f"scalar-rm:model={rm_dir}"
+    _, first = score(spec, cache=cache)
+
+    async def go():
+        evaluator = load_evaluator(spec, BackendPool(cache=cache))
+        try:
+            result = await evaluator.score_set(PROMPT, RESPONSES, seed=0)
+            assert evaluator._rm is None  # every score came from the cache: the weights never loaded
+            return result
+        finally:
+            await evaluator.close()
+
+    again = asyncio.run(go())
+    assert again.scores == first.scores and again.trace.calls == 0
 
 
 def test_forward_failure_is_recorded_not_scored(rm_dir: Path, tmp_path: Path, monkeypatch) -> None:
@@ -264,7 +283,8 @@ def test_evaluators_of_one_model_share_it(rm_dir: Path) -> None:
         pool = BackendPool()
         a = load_evaluator(f"scalar-rm:model={rm_dir},dtype=float32", pool)
         b = load_evaluator(f"scalar-rm:model=hf:{rm_dir},dtype=float32,with_responses=true", pool)
-        assert a._rm is b._rm and a._rm.users == 2
+        assert a._rm is None and b._rm is None  # nothing loads until a score is not in the cache
+        assert a._held() is b._held() and a._rm.users == 2
         loaded = a._rm
         await a.close()
         assert loaded.model is not None and loaded.users == 1
@@ -292,7 +312,7 @@ def test_spec_is_canonical(rm_dir: Path) -> None:
         ("model={dir},batch_size=0", ConfigError, "batch_size must be"),
         ("model={missing}", ModelNotFoundError, "scalar-rm: reward model path not found"),
         ("model={dir}/config.json", ModelNotFoundError, "is a file"),
-        ("model=nobody/no-such-rm", ModelNotFoundError, "cannot load reward model 'nobody/no-such-rm'"),
+        ("model=nobody/no-such-rm", ModelNotFoundError, "'nobody/no-such-rm' is not in the local Hugging Face cache"),
     ],
 )
 def test_bad_settings(rm_dir: Path, tmp_path: Path, settings: str, error: type, message: str) -> None:

@@ -1,0 +1,262 @@
+"""The one evaluation loop: `generate`, `score`, `run` and `eval` write their records through it.
+
+    units --(resume rule)--> to do --(`parallel` workers: work(unit) -> records)--> output (append, flush)
+
+A *unit* is the smallest piece of work (a prompt with its n samples, a set to score, an evaluator x benchmark x
+item x repeat) and names the keys of the records it produces. The loop runs the units the output does not hold yet,
+at most `parallel` at once, appends each unit's records as soon as it finishes, drives the progress bar and leaves
+a summary on the output, whose manifest records it when the output closes (`harness.runstore.Output`).
+
+**The resume rule, for every verb.** A record is kept on rerun unless it holds a failure of the backend (rate
+limit, server error, timeout, connection, malformed body, auth, bad request, unsupported, other backend errors):
+those units are retried. A parse failure (the model answered, the answer could not be read) is final: it is the
+model's measured behaviour, counted wrong next to every metric, and a rerun would replay the same cached output.
+`retry_failed` (`--retry-failed`) redoes every record with any failure, which re-reads cached outputs with the
+current parsers at no model cost, and resamples where the cache is bypassed.
+
+**Stopping.** A `HarnessError` raised by a unit (a server that cannot be reached, a model that cannot be loaded, a
+cache the disk refuses) stops every worker: finished records stay, the output is marked failed and the error is the
+command's one line. Ctrl-C or SIGTERM cancels the workers, marks the output interrupted and raises `Interrupted`
+saying what was saved; a rerun of the same command resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Generic, TypeVar
+
+from harness.errors import Interrupted
+from harness.progress import progress_bar
+from harness.records import Record
+from harness.runstore import Output, OutputPaths
+
+T = TypeVar("T")
+
+EXAMPLES = 5
+"""Failed records named in the summary."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unit(Generic[T]):
+    """One piece of work and the keys of the records it produces."""
+
+    keys: tuple[tuple, ...]
+    payload: T
+
+
+def settled(record: Record | None, *, retry_failed: bool = False) -> bool:
+    """Whether a rerun keeps `record` (the resume rule in the module docstring)."""
+    if record is None:
+        return False
+    if retry_failed:
+        return not record.failures
+    return all(f.category.final for f in record.failures)
+
+
+@dataclass(slots=True)
+class LoopSummary:
+    """What the loop did, and the state of every record it was asked for."""
+
+    noun: str
+    """What a record is called in messages (`samples`, `sets`)."""
+    total: int = 0
+    """Records asked for."""
+    skipped: int = 0
+    """Records kept from earlier sessions."""
+    written: int = 0
+    """Records written by this session."""
+    complete: int = 0
+    """Records asked for that hold no failure."""
+    with_failures: int = 0
+    """Records asked for that hold a failure (final, or left by an interrupted or failed session)."""
+    missing: int = 0
+    """Records asked for that the output does not hold (an interrupted session)."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """Failures per category over the records asked for."""
+    examples: list[str] = field(default_factory=list)
+    """A few failed records: key, category and message."""
+    final_failures: int = 0
+    """Of `failures`, the parse failures a rerun keeps."""
+    backend_calls: int = 0
+    cache_hits: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self, out: str) -> str:
+        """The one-line summary every verb prints."""
+        return (
+            f"{out}: {self.total} {self.noun} ({self.complete} complete, {self.with_failures} with failures, "
+            f"{self.skipped} already done); backend calls: {self.backend_calls}, cache hits: {self.cache_hits}; "
+            f"{self.seconds:.1f} s"
+        )
+
+    def failure_lines(self, out: str) -> list[str]:
+        """Which records could not be evaluated and why, and what a rerun does about it (empty when none)."""
+        if not self.with_failures:
+            return []
+        cats = ", ".join(f"{k}={v}" for k, v in self.failures.items())
+        lines = [f"{self.with_failures} {self.noun} hold failures: {cats} (details in {out})"]
+        lines += [f"  {example}" for example in self.examples]
+        retried = sum(self.failures.values()) - self.final_failures
+        if retried:
+            lines.append("backend failures are retried when you rerun the same command")
+        if self.final_failures:
+            lines.append("parse failures are final (counted wrong); --retry-failed redoes them")
+        return lines
+
+
+async def run_loop(
+    output: Output,
+    units: Sequence[Unit[T]],
+    work: Callable[[T], Awaitable[Sequence[Record]]],
+    *,
+    parallel: int,
+    noun: str,
+    label: str,
+    retry_failed: bool = False,
+    counters: Any = None,
+) -> LoopSummary:
+    """Run the units `output` does not hold yet and append their records; see the module docstring.
+
+    Args:
+        output: The open output (its log is read for the resume rule and appended to).
+        units: Everything asked for, in a stable order.
+        work: Produces one unit's records (exactly its keys).
+        parallel: Units in flight at once.
+        noun: What a record is called in messages.
+        label: The progress bar's label.
+        retry_failed: Redo records with final (parse) failures too.
+        counters: Anything with `calls` and `hits` (the backend pool): the summary reports their growth.
+
+    Raises:
+        Interrupted: on Ctrl-C or SIGTERM, saying how many records are saved.
+        HarnessError: the first fatal error a unit raised (after every worker stopped).
+    """
+    started = time.perf_counter()
+    log = output.log
+    summary = LoopSummary(noun=noun, total=sum(len(u.keys) for u in units))
+    todo = [u for u in units if not all(settled(log.get(k), retry_failed=retry_failed) for k in u.keys)]
+    summary.skipped = summary.total - sum(len(u.keys) for u in todo)
+    calls0, hits0 = (counters.calls, counters.hits) if counters is not None else (0, 0)
+
+    def finish() -> LoopSummary:
+        _tally(summary, units, log)
+        if counters is not None:
+            summary.backend_calls, summary.cache_hits = counters.calls - calls0, counters.hits - hits0
+        summary.seconds = time.perf_counter() - started
+        output.summary = summary.to_json()
+        return summary
+
+    pending = iter(todo)
+
+    async def worker(advance: Callable[[int], None]) -> None:
+        for unit in pending:  # one shared iterator: each unit goes to exactly one worker
+            records = list(await work(unit.payload))
+            if sorted(r.key for r in records) != sorted(unit.keys):
+                raise RuntimeError(f"work for {unit.keys} returned records {[r.key for r in records]}")
+            log.append(records)
+            summary.written += len(records)
+            advance(1)
+
+    with progress_bar(len(todo), label) as bar, _sigterm_cancels_this_task():
+        workers = [asyncio.ensure_future(worker(bar.advance)) for _ in range(min(parallel, len(todo)))]
+        try:
+            if workers:
+                done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+                await _stop(workers)
+                for task in done:
+                    if not task.cancelled() and task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
+        except asyncio.CancelledError:
+            await _stop(workers)
+            finish()
+            saved = summary.total - summary.missing
+            raise Interrupted(
+                f"interrupted: {saved} of {summary.total} {noun} are saved in {output.paths.shown} "
+                f"({summary.written} by this session); rerun the same command to resume"
+            ) from None
+        except BaseException:
+            await _stop(workers)
+            finish()
+            raise
+    return finish()
+
+
+async def write_output(
+    paths: OutputPaths,
+    record_type: type,
+    *,
+    command: str,
+    settings: Mapping[str, Any],
+    config: Mapping[str, Any],
+    units: Sequence[Unit[T]],
+    work: Callable[[T], Awaitable[Sequence[Record]]],
+    parallel: int,
+    noun: str,
+    extra: Mapping[str, Any] | None = None,
+    counters: Any = None,
+    overwrite: bool = False,
+    wait: bool = False,
+    retry_failed: bool = False,
+) -> LoopSummary:
+    """Open the output (lock, settings binding, manifest; `harness.runstore.Output`) and run the loop into it.
+
+    Every verb writes its records through this one function.
+    """
+    with Output(paths, record_type, command=command, settings=settings, config=config, extra=extra,
+                overwrite=overwrite, wait=wait) as output:
+        return await run_loop(output, units, work, parallel=parallel, noun=noun, label=command,
+                              retry_failed=retry_failed, counters=counters)
+
+
+async def _stop(tasks: list[asyncio.Future]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _tally(summary: LoopSummary, units: Sequence[Unit], log: Any) -> None:
+    counts: dict[str, int] = {}
+    summary.complete = summary.with_failures = summary.missing = summary.final_failures = 0
+    summary.examples = []
+    for unit in units:
+        for key in unit.keys:
+            record = log.get(key)
+            if record is None:
+                summary.missing += 1
+                continue
+            if not record.failures:
+                summary.complete += 1
+                continue
+            summary.with_failures += 1
+            for failure in record.failures:
+                counts[failure.category.value] = counts.get(failure.category.value, 0) + 1
+                summary.final_failures += failure.category.final
+            if len(summary.examples) < EXAMPLES:
+                first = record.failures[0]
+                shown = "/".join(str(k) for k in key)
+                summary.examples.append(f"{shown}: {first.category.value}: {first.message[:160]}")
+    summary.failures = dict(sorted(counts.items()))
+
+
+class _sigterm_cancels_this_task:
+    """Within the block, SIGTERM cancels the running task as Ctrl-C does (a batch scheduler's stop is saved)."""
+
+    def __enter__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        try:
+            self._loop.add_signal_handler(signal.SIGTERM, task.cancel)  # type: ignore[union-attr]
+            self._installed = True
+        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+            self._installed = False
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            self._loop.remove_signal_handler(signal.SIGTERM)
