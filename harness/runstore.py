@@ -93,15 +93,21 @@ def write_error(path: Path, exc: OSError) -> OutputWriteError:
     return OutputWriteError(f"cannot write {path}: {exc.strerror or exc}; records finished before this are saved")
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to `path` through a temporary sibling renamed into place (never half a file)."""
-    tmp = path.with_name(path.name + ".tmp")
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary sibling renamed into place: readers never see half a file, and
+    two processes rendering the same report (a run and a `harness report` beside it) never share the temporary."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise write_error(path, exc) from None
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """`write_text_atomic` of `data` as indented JSON."""
+    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def settings_diff(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:

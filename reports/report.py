@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from harness.errors import ConfigError
 from harness.records import EvalRecord
-from harness.runstore import Manifest, OutputPaths, RecordLog, write_error, write_json_atomic
+from harness.runstore import Manifest, OutputPaths, RecordLog, write_json_atomic, write_text_atomic
 from reports.render import render_csv, render_latex, render_markdown
 from reports.results import NDCG_TIES, compute_results
 from reports.tables import Column, Row, TableSpec, get_table
@@ -75,17 +74,7 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
     payload = {"table": spec.name, "rows": rows, "results": results, "notes": notes,
                "conventions": {"ndcg_ties": NDCG_TIES, "strict": "ties and unscorable items count as wrong"}}
     write_json_atomic(run_dir / "results.json", payload)
-    _write_text(run_dir / "table.md", render_markdown(spec, results, notes))
-    _write_text(run_dir / "table.tex", render_latex(spec, results))
-    _write_text(run_dir / "table.csv", render_csv(spec, results))
+    write_text_atomic(run_dir / "table.md", render_markdown(spec, results, notes))
+    write_text_atomic(run_dir / "table.tex", render_latex(spec, results))
+    write_text_atomic(run_dir / "table.csv", render_csv(spec, results))
     return payload
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise write_error(path, exc) from None
