@@ -582,6 +582,19 @@ def bench_api(
     )
 
 
+@bench_app.command("cache")
+def bench_cache(
+    model: Annotated[str, typer.Option("--model", "-m", help="Model spec or alias.")] = "smollm2-135m",
+    prompts: Annotated[int, typer.Option("--prompts", min=1, help="Prompts to generate for.")] = 2,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 32,
+) -> None:
+    """A cold and a fully cached `harness generate`, each in a fresh process: wall times and their ratio."""
+    from harness.bench_cache import format_bench_cache, run_bench_cache
+
+    cold, warm = run_bench_cache(model, prompts=prompts, max_tokens=max_tokens)
+    typer.echo(format_bench_cache(cold, warm, model=model, prompts=prompts))
+
+
 @bench_app.command("verify")
 def bench_verify(
     model: ModelOpt,

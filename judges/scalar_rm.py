@@ -44,7 +44,8 @@ Conventions and choices:
   prompt (and, with responses, the other candidates) is what gets cut. Each cut is noted in
   `trace.raw["truncated"]`.
 - Batches are right-padded (classifier) or left-padded with explicit position ids (lm-token0), sorted by
-  length; in float32 a response's score does not depend on what shares its batch. A classifier whose config
+  length; in float32 what shares a response's batch moves its score by rounding only (seen: under 1e-6 relative, which
+  can decide nothing but exact ties). A classifier whose config
   has no `pad_token_id` runs with batch size 1 (its head cannot find the last token of a padded row).
 - `dtype=auto` is float32 on CPU and bfloat16 on CUDA (see `harness.backends.hf.pick_dtype`). `device=auto`
   uses CUDA when present, spreading a model too large for one GPU over all visible GPUs (`device_map="auto"`);

@@ -68,3 +68,14 @@ def test_a_fully_cached_eval_imports_no_torch(tiny: Path, tmp_path: Path, shared
     assert "backend calls: 0" in warm.stdout and warm_modules == {"torch": False, "transformers": False}
     results = [json.loads((tmp_path / d / "results.json").read_text())["results"] for d in ("cold", "warm")]
     assert results[0] == results[1]
+
+
+def test_bench_cache_prints_the_warm_cold_ratio(tiny: Path, tmp_path: Path):
+    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "cache", "--model", f"hf:{tiny}",
+                           "--max-tokens", "4"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "torch imported: True" in lines[1] and "backend calls: 2, cache hits: 0" in lines[1]
+    assert "torch imported: False" in lines[2] and "backend calls: 0, cache hits: 2" in lines[2]
+    ratio = float(lines[3].rsplit(" ", 1)[1])
+    assert 0 < ratio < 1
