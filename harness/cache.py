@@ -269,16 +269,21 @@ class CachedBackend:
         """Requests this wrapper sent to the backend."""
         self.hits = 0
         """Requests answered entirely from the cache."""
-        self._probed: asyncio.Task | None = None
+        self._probe: asyncio.Future | None = None
+        self._probe_ok = False
 
     def identity(self) -> dict[str, str]:
         return self._identity
 
     async def probe(self) -> None:
-        """Probe the backend once (later calls wait for, or re-raise, the first probe's outcome)."""
-        if self._probed is None:
-            self._probed = asyncio.ensure_future(self.backend.probe())
-        await asyncio.shield(self._probed)
+        """Probe the backend once (concurrent callers wait for, or re-raise, the same probe's outcome)."""
+        if self._probe_ok:
+            return
+        task = self._probe
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            task = self._probe = asyncio.ensure_future(self.backend.probe())
+        await asyncio.shield(task)
+        self._probe_ok = True
 
     async def close(self) -> None:
         await self.backend.close()

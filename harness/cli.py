@@ -114,7 +114,7 @@ def _finish(summary, out: str) -> None:
     """Print the loop's summary; exit 1 when some records could not be evaluated (the one exit-code rule)."""
     typer.echo(summary.line(out))
     for line in summary.failure_lines(out):
-        typer.echo(line, err=True)
+        typer.echo(redact_text(line), err=True)
     if summary.with_failures or summary.missing:
         raise typer.Exit(1)
 
