@@ -14,7 +14,7 @@ the same key supersedes an earlier one), and `failures` is what could not be eva
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
@@ -273,16 +273,3 @@ class EvalRecord:
             gold_ranks=tuple(int(r) for r in gold) if gold is not None else None,
             trace=_need(data, "trace", dict),
         )
-
-
-RECORD_TYPES: dict[str, type] = {t.SCHEMA.split("/")[0]: t for t in (GenerationRecord, ScoreRecord, EvalRecord)}
-"""Record kind (`generation`, `score`, `eval`) -> its class."""
-
-
-def failure_counts(records: Sequence[Record]) -> dict[str, int]:
-    """Failures per category over `records`."""
-    counts: dict[str, int] = {}
-    for record in records:
-        for failure in record.failures:
-            counts[failure.category.value] = counts.get(failure.category.value, 0) + 1
-    return dict(sorted(counts.items()))

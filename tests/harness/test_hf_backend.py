@@ -88,6 +88,19 @@ def test_load_backend_via_spec_implements_protocol(tiny_dir: Path) -> None:
     assert b.chat_template
 
 
+def test_the_model_loads_on_the_first_request_not_before(tiny_dir: Path) -> None:
+    from harness.backends.hf import HFBackend
+
+    b = HFBackend(str(tiny_dir), BackendOptions(dtype="float32"))
+    assert b.loads == 0 and b.identity()["weights"]  # identified without loading
+    gen(b, [req("Hello", max_tokens=2)])
+    gen(b, [req("Hello again", max_tokens=2)])
+    assert b.loads == 1
+    asyncio.run(b.close())
+    with pytest.raises(BackendUnavailableError, match="closed"):
+        gen(b, [req("Hello", max_tokens=2)])
+
+
 def test_missing_local_path_raises_model_not_found(tmp_path: Path) -> None:
     from harness.backends.hf import HFBackend
 
