@@ -6,6 +6,9 @@ answer (`harness.cache.CachedBackend`), so a run whose every call is cached star
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from harness.backends.base import BackendOptions
 from harness.cache import CachedBackend, CallCache
 
@@ -28,9 +31,17 @@ class BackendPool:
             self._backends[spec] = CachedBackend(load_backend(spec, self.options), self.cache)
         return self._backends[spec]
 
-    def identities(self) -> dict[str, dict[str, str]]:
-        """Model spec -> identity of every backend built so far (computed without loading any weights)."""
-        return {spec: backend.identity() for spec, backend in self._backends.items()}
+    def identities(self, evaluators: Mapping[str, Any] | None = None) -> dict[str, dict[str, str]]:
+        """Model spec -> identity of every backend built so far (computed without loading any weights).
+
+        `evaluators` (spec -> evaluator) adds the identity of each evaluator that holds a model outside the pool
+        (one with an `identity()` method, such as `scalar-rm`), under its spec.
+        """
+        found = {spec: backend.identity() for spec, backend in self._backends.items()}
+        for spec, evaluator in (evaluators or {}).items():
+            if callable(getattr(evaluator, "identity", None)):
+                found[spec] = evaluator.identity()
+        return found
 
     @property
     def calls(self) -> int:

@@ -113,10 +113,7 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
 
 def settings(plan: RunPlan, ready: Prepared, pool: Any) -> dict[str, Any]:
     """What the run directory is bound to."""
-    models = dict(pool.identities())
-    for spec, evaluator in ready.evaluators.items():
-        if callable(getattr(evaluator, "identity", None)):  # evaluators holding a model outside the pool
-            models[spec] = evaluator.identity()
+    models = pool.identities(ready.evaluators)
     return {
         "table": plan.table,
         "rows": plan.rows,

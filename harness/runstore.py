@@ -395,9 +395,9 @@ class OutputPaths:
             )
         if self.records.exists() and not self.records.is_file():
             raise ConfigError(f"--out {self.shown} exists and is not a regular file")
-        for sibling in (self.manifest, self.lock):
+        for sibling, role in ((self.manifest, "manifest"), (self.lock, "lock")):
             if sibling.is_dir():
-                raise ConfigError(f"{sibling} is a directory; it is where --out {self.shown} keeps its {sibling.suffix[1:]}")
+                raise ConfigError(f"{sibling} is a directory; it is where --out {self.shown} keeps its {role}")
 
     def remove(self) -> None:
         """Delete the output's records, manifest and derived files (not the lock: it is held)."""

@@ -81,9 +81,7 @@ async def run_score(
             hit counts go into the summary).
         runtime: Runtime knobs to record in the manifest.
     """
-    models = dict(pool.identities()) if pool is not None else {}
-    if callable(getattr(evaluator, "identity", None)):  # an evaluator holding a model outside the pool
-        models[evaluator.spec] = evaluator.identity()
+    models = pool.identities({evaluator.spec: evaluator}) if pool is not None else {}
     settings = {"evaluator": evaluator.spec, "models": models, "input": sets_fingerprint(sets), "seed": seed}
     return await write_output(
         OutputPaths.file(out),
