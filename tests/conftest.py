@@ -1,7 +1,9 @@
-"""Shared test set-up: offline hub, a per-test call cache, CUDA-gated `gpu` tests, opt-in `network`/`api` tests."""
+"""Shared test set-up: offline hub, a per-test call cache, CUDA-gated `gpu` tests, `vllm` tests where vLLM is
+installed (required, not skipped, with HARNESS_TEST_VLLM=1), opt-in `network`/`api` tests."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -23,9 +25,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             has_cuda = torch.cuda.is_available()
         except ImportError:
             pass
+    has_vllm = importlib.util.find_spec("vllm") is not None
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+        if "vllm" in item.keywords and not has_vllm and os.environ.get("HARNESS_TEST_VLLM") != "1":
+            item.add_marker(pytest.mark.skip(reason="needs vLLM (make test-vllm installs it and runs these)"))
         if "network" in item.keywords and os.environ.get("HARNESS_TEST_NETWORK") != "1":
             item.add_marker(pytest.mark.skip(reason="needs the internet; set HARNESS_TEST_NETWORK=1"))
         if "api" in item.keywords and os.environ.get("HARNESS_TEST_API") != "1":

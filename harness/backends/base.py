@@ -237,7 +237,8 @@ class Backend(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class BackendOptions:
-    """Backend settings that do not change outputs (so never part of a cache key), plus load-time choices."""
+    """Backend settings: those that do not change outputs (never part of a cache key) and load-time choices; the
+    load-time choices that change outputs (`dtype`, and `top_logprobs` for `vllm`) enter the backend's identity."""
 
     base_url: str | None = None
     """OpenAI-compatible server URL (default: `$OPENAI_BASE_URL`, else the OpenAI API)."""
@@ -250,9 +251,13 @@ class BackendOptions:
     max_attempts: int = 6
     """Attempts per request before recording a failure (openai)."""
     top_logprobs: int = 20
-    """How many alternatives to ask for in logprob requests (openai, vllm)."""
+    """How many alternatives to ask for in logprob requests (openai, vllm; vllm's engine allows at least this many,
+    and at least 20, per generated token)."""
     dtype: str = "auto"
-    """Torch dtype for local models (`auto`, `bfloat16`, `float16`, `float32`)."""
+    """Torch dtype for local models (`auto`, `bfloat16`, `float16`, `float32`). It changes outputs, so an explicit
+    one enters the model's identity (and the cache key). `auto`: float32 on CPU and bf16 on CUDA for `hf`; the
+    checkpoint's own dtype for `vllm` (bf16 for most, on CPU too): pass `float32` where agreement with `hf` on the
+    CPU matters."""
     device: str = "auto"
     """Torch device for `hf` (`auto` picks CUDA when present)."""
     batch_size: int = 8
@@ -265,6 +270,9 @@ class BackendOptions:
     """vLLM share of GPU memory."""
     max_model_len: int | None = None
     """vLLM context limit (None: the model's)."""
+    enforce_eager: bool = False
+    """vLLM: run the model eagerly (no torch.compile or CUDA graphs): the engine starts in a third of the time and
+    decodes more slowly; outputs are the same."""
 
 
 def chat_to_json(messages: Sequence[Message]) -> list[dict[str, str]]:

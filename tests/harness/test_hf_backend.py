@@ -468,7 +468,8 @@ def test_gguf_file_spec_is_converted_and_fingerprinted_by_the_file() -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The vllm backend's request mapping, against a fake `vllm` module (the real one needs a GPU)
+# The vllm backend's request mapping and fault cases, against a fake `vllm` module (fast, in the main
+# environment). The real engine is tested in test_vllm_engine.py (make test-vllm).
 
 
 def test_vllm_backend_without_vllm_names_the_extra() -> None:
@@ -488,7 +489,6 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
     import importlib.machinery
     import types
 
-    import torch
     from transformers import AutoTokenizer
 
     @dataclasses.dataclass
@@ -514,7 +514,11 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
         def __init__(self, **kwargs):
             self.kwargs = kwargs
             self.calls: list = []
-            self.llm_engine = types.SimpleNamespace(model_config=types.SimpleNamespace(max_model_len=64))
+            vocab = len(self.get_tokenizer())
+            config = types.SimpleNamespace(
+                max_model_len=64, get_vocab_size=lambda: vocab, try_get_generation_config=lambda: {}
+            )
+            self.llm_engine = types.SimpleNamespace(model_config=config)
             FakeLLM.instances.append(self)
 
         def get_tokenizer(self):
@@ -532,7 +536,8 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
                     token: types.SimpleNamespace(logprob=-0.5 - token / 100)
                     for token in range(sp.logprobs or 0)
                 }
-                sample = types.SimpleNamespace(text=text, token_ids=[5, 6, 7], logprobs=[top])
+                ids = self.get_tokenizer().encode(text, add_special_tokens=False)
+                sample = types.SimpleNamespace(text=" " + text, token_ids=ids, logprobs=[top])
                 outs.append(types.SimpleNamespace(outputs=[sample]))
             return outs
 
@@ -540,8 +545,11 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
     module.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
     module.__version__ = "0.0-fake"
     module.LLM, module.SamplingParams, module.EngineArgs = FakeLLM, FakeSamplingParams, EngineArgs
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(device_type="cuda")
+    module.platforms = platforms
     monkeypatch.setitem(sys.modules, "vllm", module)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     return FakeLLM
 
 
@@ -557,6 +565,8 @@ def test_vllm_backend_maps_requests_onto_the_engine(fake_vllm, tiny_dir: Path) -
     b.load()
     engine = fake_vllm.instances[-1]
     assert engine.kwargs["enable_prefix_caching"] is True and "data_parallel_size" not in engine.kwargs
+    assert engine.kwargs["max_logprobs"] == 50  # vLLM refuses more logprobs than it was started with
+    assert b.identity()["top_logprobs"] == "50" and b.identity()["dtype"] == "auto"
     sampled, greedy, too_long = asyncio.run(
         b.generate(
             [
@@ -569,7 +579,8 @@ def test_vllm_backend_maps_requests_onto_the_engine(fake_vllm, tiny_dir: Path) -
     assert sampled.texts == tuple(
         f"seed={sample_seed(11, i)} len={sampled.usage.prompt_tokens}" for i in range(3)
     )
-    assert sampled.usage.completion_tokens == 9
+    tok = b._tok
+    assert sampled.usage.completion_tokens == sum(len(tok.encode(t, add_special_tokens=False)) for t in sampled.texts)
     assert len(greedy.texts) == 2 and greedy.texts[0] == greedy.texts[1] and "seed=None" in greedy.texts[0]
     assert not too_long.ok and "context" in too_long.error.message
     prompts, params = engine.calls[-1]
@@ -668,15 +679,23 @@ def test_vllm_backend_token_logprobs(fake_vllm, tiny_dir: Path) -> None:
     assert len(joined) - len(kept[-1].token) < len(short)  # only the straddling token reaches past the cut
 
 
-def test_vllm_backend_without_cuda_refuses(
+def test_vllm_backend_without_a_platform_refuses(
     fake_vllm, tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(sys.modules["vllm.platforms"].current_platform, "device_type", "")
     b = load_backend(f"vllm:{tiny_dir}")  # building it starts nothing
-    with pytest.raises(BackendUnavailableError, match="CUDA"):
+    with pytest.raises(BackendUnavailableError, match="no device it supports.*CPU build"):
         b.load()
+
+
+def test_vllm_backend_checks_its_options(fake_vllm, tiny_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown dtype 'fp8'"):
+        load_backend(f"vllm:{tiny_dir}", BackendOptions(dtype="fp8"))
+    b = load_backend(f"vllm:{tiny_dir}", BackendOptions(dtype="float32", enforce_eager=True))
+    b.load()
+    assert fake_vllm.instances[-1].kwargs["dtype"] == "float32"
+    assert fake_vllm.instances[-1].kwargs["enforce_eager"] is True
+    assert b.identity()["dtype"] == "float32" != load_backend(f"vllm:{tiny_dir}").identity()["dtype"]
 
 
 def test_vllm_backend_merges_concurrent_calls_into_one_engine_call(fake_vllm, tiny_dir: Path) -> None:

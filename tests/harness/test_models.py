@@ -215,6 +215,8 @@ def test_status_lines(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert smol.status() == f"ready at {target}"
     assert smol.resolve() == f"hf:{target}"  # no conversion when the marker matches
     assert parse_spec("smollm2-135m") == ("hf", str(target))
+    assert parse_spec("vllm:smollm2-135m") == ("vllm", str(target))  # a local kind runs the alias's checkpoint
+    assert parse_spec("openai:smollm2-135m") == ("openai", "smollm2-135m")  # a server's own model name
 
 
 def test_source_with_wrong_checksum_is_refused(

@@ -1,0 +1,185 @@
+"""The `vllm` backend on vLLM's real engine, against the `hf` backend on the same tiny checkpoint.
+
+Runs where vLLM is installed: `make test-vllm` builds an environment with vLLM's CPU build and runs every `vllm`
+test (on a GPU machine the same tests run with the CUDA build). One engine serves the whole module (it takes
+~30 s to start on two CPU cores). The model is the tests' tiny random Llama with head_dim 32 (vLLM's CPU
+attention supports 32, 64, 80, 96, 112, 128, ...), in float32 on both sides, so `vllm:` and `hf:` must agree:
+the same texts token for token, logprobs within 1e-4.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU build otherwise claims most of the RAM
+
+from tiny_models import build_tiny_lm  # noqa: E402
+
+from harness.backends.base import (  # noqa: E402
+    BackendOptions,
+    GenerateRequest,
+    LogprobRequest,
+    SamplingParams,
+    user_chat,
+)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+TOP = 1000
+"""Alternatives asked per position: more than the vocabulary (so values are exact, as in hf) and far more than
+vLLM's default `max_logprobs` of 20, which refuses such requests unless the backend raises it."""
+ENGINE = dict(dtype="float32", enforce_eager=True, top_logprobs=TOP, gpu_memory_utilization=0.3)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_lm(tmp_path_factory.mktemp("tiny-vllm") / "model", head_dim=32)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_dir: Path):
+    from harness.backends.vllm_backend import VLLMBackend
+
+    b = VLLMBackend(str(tiny_dir), BackendOptions(**ENGINE))
+    b.load()
+    yield b
+    asyncio.run(b.close())
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_dir: Path):
+    from harness.backends.hf import HFBackend
+
+    b = HFBackend(str(tiny_dir), BackendOptions(dtype="float32", batch_size=8))
+    yield b
+    asyncio.run(b.close())
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def req(text: str, prefix: str = "", **params) -> GenerateRequest:
+    params.setdefault("max_tokens", 16)
+    return GenerateRequest(user_chat(text), SamplingParams(**params), assistant_prefix=prefix)
+
+
+GREEDY = [
+    req("Hello, world!"),
+    req("Is the answer Yes or No?", max_tokens=24),
+    req("one two three four", stop=("e",)),
+    req("How are you today?", min_tokens=10, max_tokens=12),
+    req("Yes or No?", prefix="1:"),  # prefill: the continuation of an assistant prefix
+    req("The quick brown fox", prefix="The answer is"),
+]
+
+
+def test_greedy_generation_prefill_stops_and_min_tokens_match_hf(engine, hf) -> None:
+    calls = len(engine.engine_calls)
+    ours, theirs = run(engine.generate(GREEDY)), run(hf.generate(GREEDY))
+    assert engine.engine_calls[calls:] == [len(GREEDY)]  # one engine call for the whole batch
+    for request, a, b in zip(GREEDY, ours, theirs):
+        assert a.ok and b.ok, (a.error, b.error)
+        assert a.texts == b.texts, request  # token for token, leading spaces included
+        assert a.usage == b.usage, request
+    assert all("e" not in t for t in ours[2].texts)
+    assert ours[3].usage.completion_tokens >= 10
+
+
+def test_token_logprobs_match_hf(engine, hf) -> None:
+    requests = [req("Hello, world!", logprobs=5), req("Yes or No?", prefix="1:", logprobs=3, stop=("o",))]
+    for a, b in zip(run(engine.generate(requests)), run(hf.generate(requests))):
+        assert a.texts == b.texts
+        [ours], [theirs] = a.logprobs, b.logprobs
+        assert [t.token for t in ours] == [t.token for t in theirs]
+        assert "".join(t.token for t in ours).startswith(a.texts[0])
+        for x, y in zip(ours, theirs):
+            assert math.isclose(x.logprob, y.logprob, abs_tol=1e-4), (x, y)
+            assert list(x.top) == list(y.top)
+            assert all(math.isclose(x.top[k], y.top[k], abs_tol=1e-4) for k in x.top)
+
+
+def test_next_token_and_branch_logprobs_match_hf(engine, hf) -> None:
+    chat = user_chat("Is Paris in France? Answer Yes or No.")
+    requests = [
+        LogprobRequest(chat),
+        LogprobRequest(chat, assistant_prefix="Answer:"),
+        LogprobRequest(chat, branches=(" 1: yes", " 1: no\n2:", " 1: maybe")),
+    ]
+    candidates = ["Yes", "No", "yes", "no", "thre"]
+    ours = run(engine.next_token_logprobs(requests, candidates))
+    theirs = run(hf.next_token_logprobs(requests, candidates))
+    for a, b in zip(ours, theirs):
+        assert a.ok and b.ok, (a.error, b.error)
+        assert len(a.branches) == len(b.branches)
+        for x, y in zip(a.branches or (a.logprobs,), b.branches or (b.logprobs,)):
+            assert x.keys() == y.keys()
+            for c in x:  # exact for every candidate (vLLM returned the whole vocabulary), -inf for none
+                assert x[c] == y[c] == -math.inf or math.isclose(x[c], y[c], abs_tol=1e-4), (c, x[c], y[c])
+            assert sum(math.isfinite(v) for v in x.values()) >= 3  # some have no token in the tiny vocabulary
+    assert len(ours[2].branches) == 3 and ours[2].logprobs == {}
+
+
+def test_sampled_generation_is_seeded_per_sample(engine) -> None:
+    three, two, again = run(
+        engine.generate(
+            [
+                req("Hello", n=3, temperature=0.9, seed=7),
+                req("Hello", n=2, temperature=0.9, seed=7),
+                req("Hello", n=3, temperature=0.9, seed=7),
+            ]
+        )
+    )
+    assert three.texts[:2] == two.texts and three.texts == again.texts
+    assert len(set(three.texts)) > 1  # different seeds per sample
+
+
+def test_concurrent_calls_are_merged_into_batched_engine_calls(engine) -> None:
+    calls = [[req(f"set {i}: Is the answer Yes or No?", max_tokens=8)] for i in range(6)]
+    asks = [[LogprobRequest(user_chat(f"set {i}: Yes or No?"))] for i in range(6)]
+    alone = [run(engine.generate(c))[0].texts for c in calls]
+    before = len(engine.engine_calls)
+
+    async def together():
+        texts = await asyncio.gather(*(engine.generate(c) for c in calls))
+        values = await asyncio.gather(*(engine.next_token_logprobs(a, ["Yes", "No"]) for a in asks))
+        return texts, values
+
+    texts, values = run(together())
+    made = engine.engine_calls[before:]
+    assert sum(made) == 12 and len(made) <= 2 + 2, made  # 6 + 6 prompts in at most two rounds each
+    assert [t[0].texts for t in texts] == alone
+    assert all(v[0].ok and set(v[0].logprobs) == {"Yes", "No"} for v in values)
+
+
+def test_a_fully_cached_rerun_builds_no_engine(tiny_dir: Path, tmp_path: Path) -> None:
+    """`harness generate` twice in fresh processes: the second is answered by the call cache, engine unbuilt."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"Prompt {i}?"}) + "\n" for i in range(4)))
+
+    def generate(out: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "harness", "generate", "--model", f"vllm:{tiny_dir}", "--prompts", str(prompts),
+             "--max-tokens", "8", "--dtype", "float32", "--enforce-eager", "--out", str(tmp_path / out)],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
+        )
+
+    cold = generate("a.jsonl")
+    assert cold.returncode == 0, cold.stderr[-3000:]
+    assert "starting the vLLM engine" in cold.stderr
+    warm = generate("b.jsonl")
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    assert "starting the vLLM engine" not in warm.stderr and "backend calls: 0, cache hits: 4" in warm.stdout
+    texts = [
+        [json.loads(line)["text"] for line in (tmp_path / name).read_text().splitlines()]
+        for name in ("a.jsonl", "b.jsonl")
+    ]
+    assert texts[0] == texts[1] and len(texts[0]) == 4
