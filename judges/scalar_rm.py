@@ -47,7 +47,7 @@ Conventions and choices:
   length; in float32 what shares a response's batch moves its score by rounding only (seen: under 1e-6 relative, which
   can decide nothing but exact ties). A classifier whose config
   has no `pad_token_id` runs with batch size 1 (its head cannot find the last token of a padded row).
-- `dtype=auto` is float32 on CPU and bfloat16 on CUDA (see `harness.backends.hf.pick_dtype`). `device=auto`
+- `dtype=auto` is float32 on CPU and bfloat16 on CUDA (see `harness.backends.local.pick_dtype`). `device=auto`
   uses CUDA when present, spreading a model too large for one GPU over all visible GPUs (`device_map="auto"`);
   `cuda:N` pins one GPU.
 - Building the evaluator locates and identifies the model and checks its `config.json` against `head`, so a
@@ -125,7 +125,7 @@ def with_responses_prompt(prompt: str, others: Sequence[str]) -> str:
 
 def render_conversation(tokenizer: Any, prompt: str, response: str) -> list[int]:
     """Token ids of `[user: prompt, assistant: response]`: chat template, else `User:`/`Assistant:` text."""
-    from harness.backends.hf import has_chat_template
+    from harness.backends.local import has_chat_template
 
     if has_chat_template(tokenizer):
         chat = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
@@ -183,7 +183,7 @@ def _load(path: str, revision: str | None, name: str, *, head: str, dtype: str, 
             f"{KIND} needs torch and transformers ({exc.name} missing): "
             'pip install "dynamicrubric-harness[hf]"'
         ) from exc
-    from harness.backends.hf import pick_device, pick_dtype
+    from harness.backends.local import pick_device, pick_dtype
 
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
@@ -278,7 +278,7 @@ class ScalarRM:
 
     def __init__(self, settings: dict[str, Any], *, cache: CallCache | None = None) -> None:
         from harness.backends import parse_spec
-        from harness.backends.hf import locate_model
+        from harness.backends.local import locate_model
         from harness.registry import names
 
         name = given = str(settings["model"]).strip()

@@ -45,9 +45,8 @@ import gc
 import inspect
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from harness.backends.base import (
@@ -59,8 +58,22 @@ from harness.backends.base import (
     Message,
     TokenLogprob,
     Usage,
-    chat_to_json,
     sample_seed,
+)
+from harness.backends.local import (
+    DTYPES,
+    PLAIN_STOPS,
+    answer_span,
+    candidate_token_ids,
+    encode_chat,
+    encode_contexts,
+    has_chat_template,
+    locate_model,
+    pick_device,
+    pick_dtype,
+    token_pieces,
+    tokens_within,
+    top_texts,
 )
 from harness.backends.merge import CallMerger
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory, ModelNotFoundError
@@ -68,248 +81,33 @@ from harness.registry import register
 
 T = TypeVar("T")
 
-PLAIN_STOPS = ("\nUser:",)
 """Extra stop strings used with the plain-text rendering (tokenizers without a chat template)."""
-_DTYPES = ("bfloat16", "float16", "float32")
 
 
-def render_plain(messages: Sequence[Message]) -> str:
-    """The plain-text rendering used when a tokenizer has no chat template.
-
-    Example: `User: Is water wet?\\n\\nAssistant:`.
-    """
-    turns = [f"{m.role.capitalize()}: {m.content}" for m in messages]
-    return "\n\n".join(turns + ["Assistant:"])
 
 
-def has_chat_template(tokenizer: Any) -> bool:
-    """Whether the tokenizer carries a chat template."""
-    return bool(getattr(tokenizer, "chat_template", None))
 
 
-def encode_chat(tokenizer: Any, messages: Sequence[Message], assistant_prefix: str = "") -> list[int]:
-    """Token ids of a prompt: the chat rendered for the assistant's next turn, plus `assistant_prefix`.
-
-    With a chat template: `apply_chat_template(..., add_generation_prompt=True)` then the prefix, tokenized
-    without special tokens (the template writes any BOS itself). Without one: `render_plain`, a space and the
-    prefix, tokenized with special tokens (so a base model gets its BOS).
-    """
-    if has_chat_template(tokenizer):
-        text = tokenizer.apply_chat_template(
-            chat_to_json(messages), tokenize=False, add_generation_prompt=True
-        )
-        return tokenizer.encode(text + assistant_prefix, add_special_tokens=False)
-    text = render_plain(messages) + (" " + assistant_prefix if assistant_prefix else "")
-    return tokenizer.encode(text, add_special_tokens=True)
 
 
-def candidate_token_ids(tokenizer: Any, candidate: str) -> list[int]:
-    """The ids a candidate may start with: the first token of `candidate` and of `" " + candidate`.
-
-    A whitespace-only first token (a tokenizer that splits the space off) is skipped; an empty candidate has
-    none.
-    """
-    found: set[int] = set()
-    if candidate:
-        for text in (candidate, " " + candidate):
-            toks = tokenizer.encode(text, add_special_tokens=False)
-            if toks and (tokenizer.decode(toks[:1]).strip() or not candidate.strip()):
-                found.add(toks[0])
-    return sorted(found)
 
 
-def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
-    """The text each token adds to `tokenizer.decode(ids, skip_special_tokens=True)`; they concatenate to it.
-
-    Decoded incrementally over a sliding window, as streaming detokenizers do, so a token's leading space
-    survives even where a lone decode would drop it. A token that ends inside a multi-byte character adds ""
-    and the token completing the character carries it. Should a window disagree with the full decode (a
-    decoder that rewrites earlier text), each piece is taken from decodes of the whole prefix instead.
-    """
-
-    def decode(part: Sequence[int]) -> str:
-        return tokenizer.decode(list(part), skip_special_tokens=True)
-
-    full = decode(ids)
-    pieces: list[str] = []
-    start = read = 0  # window start; tokens before `read` have been emitted
-    for i in range(len(ids)):
-        before, after = decode(ids[start:read]), decode(ids[start : i + 1])
-        if len(after) > len(before) and after.startswith(before) and not after.endswith("\ufffd"):
-            pieces.append(after[len(before) :])
-            start, read = read, i + 1
-        else:
-            pieces.append("")
-    if not _finish_pieces(pieces, full):
-        pieces, done = [], ""
-        for i in range(len(ids)):
-            now = decode(ids[: i + 1])
-            held = now.endswith("\ufffd") or not now.startswith(done)
-            pieces.append("" if held else now[len(done) :])
-            done = done if held else now
-        _finish_pieces(pieces, full)
-    return pieces
 
 
-def _finish_pieces(pieces: list[str], full: str) -> bool:
-    """Give the text still missing at the end (held back partial characters) to the last piece."""
-    joined = "".join(pieces)
-    if not pieces or not full.startswith(joined):
-        return joined == full
-    pieces[-1] += full[len(joined) :]
-    return True
 
 
-def tokens_within(pieces: Sequence[str], end: int, start: int = 0) -> range:
-    """The indices of the tokens that overlap `text[start:end]`, where `text` is `"".join(pieces)`.
-
-    Tokens wholly at or after `end` and, when `start > 0`, wholly before `start` are dropped; a token that
-    straddles either cut is kept.
-    """
-    first: int | None = None
-    last = offset = 0
-    for i, piece in enumerate(pieces):
-        if offset >= end:
-            break
-        offset += len(piece)
-        if first is None and (start == 0 or offset > start):
-            first = i
-        last = i + 1
-    return range(last if first is None else first, last)
 
 
-def top_texts(tokenizer: Any, ranked: Iterable[tuple[int, float]], cache: dict[int, str]) -> dict[str, float]:
-    """Text -> logprob of `(token id, logprob)` pairs sorted by falling logprob.
-
-    A token's text is `tokenizer.decode([id])` (special tokens by name), memoised in `cache`; of two ids that
-    decode alike, the first (larger) logprob is kept.
-    """
-    top: dict[str, float] = {}
-    for token_id, logprob in ranked:
-        text = cache.get(token_id)
-        if text is None:
-            text = cache[token_id] = tokenizer.decode([token_id])
-        top.setdefault(text, logprob)
-    return top
 
 
-def pick_device(device: str) -> str:
-    """`auto` -> `cuda` when available, else `cpu`; anything else as given."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
-def pick_dtype(dtype: str, device: str):
-    """The torch dtype for `dtype` on `device`.
-
-    `auto` is bfloat16 on CUDA (float16 where bf16 is unsupported) and float32 on CPU. On a CPU with
-    AVX512-BF16, bfloat16 generated 1.5-2x faster in our measurements, but its greedy output then depends on
-    which other prompts share the batch (rounding differs with padding); float32 keeps a request's output
-    independent of its batch, which the call cache and resumed runs rely on. Ask for `bfloat16` explicitly for
-    throughput.
-
-    Raises:
-        ConfigError: for a dtype name other than auto, bfloat16, float16, float32.
-    """
-    import torch
-
-    if dtype != "auto":
-        if dtype not in _DTYPES:
-            raise ConfigError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(_DTYPES)}")
-        return getattr(torch, dtype)
-    if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32
 
 
-@dataclass(frozen=True, slots=True)
-class _Source:
-    """Where to load from and what identifies the weights."""
-
-    path: str
-    """A local checkpoint folder or a hub repo id."""
-    revision: str | None
-    """The hub commit to load (resolved from the requested revision; None for local folders)."""
-    identity: dict[str, str]
-    """The model's identity (`Backend.identity`): kind, model, and the weights' fingerprint or hub commit."""
-    hub: bool
 
 
-def locate_model(name: str, *, kind: str) -> _Source:
-    """Classify `name` as a GGUF file, a local folder or a hub id (`repo@revision`) and identify its weights.
-
-    Nothing is loaded: a local checkpoint is fingerprinted (`weights_fingerprint`; a GGUF file is converted once),
-    a hub id is resolved to a commit (`hub_commit`), so the identity is known, and stable, before any weights load.
-
-    Args:
-        name: What followed `KIND:` in the spec.
-        kind: The backend kind, written into the identity.
-
-    Raises:
-        ModelNotFoundError: for a local path that does not exist or is not a checkpoint folder or `.gguf` file,
-            or a hub id that is neither cached nor (online) on the hub.
-    """
-    from harness.backends.models import convert_gguf, weights_fingerprint
-
-    expanded = Path(name).expanduser()
-    looks_local = (
-        expanded.exists()
-        or name.lower().endswith(".gguf")
-        or name.startswith(("/", ".", "~"))
-        or (os.sep != "/" and os.sep in name)
-    )
-    if looks_local:
-        if not expanded.exists():
-            raise ModelNotFoundError(f"hf model path not found: {expanded}")
-        weights = weights_fingerprint(expanded)
-        if expanded.is_file():
-            if expanded.suffix.lower() != ".gguf":
-                raise ModelNotFoundError(
-                    f"hf model {expanded} is a file but not a .gguf; give a checkpoint folder"
-                )
-            path = convert_gguf(expanded)
-        else:
-            if not (expanded / "config.json").is_file():
-                raise ModelNotFoundError(f"hf model folder {expanded} has no config.json")
-            path = expanded
-        return _Source(str(path), None, {"kind": kind, "model": name, "weights": weights}, hub=False)
-    repo, _, revision = name.partition("@")
-    commit = hub_commit(repo, revision or None)
-    return _Source(repo, commit, {"kind": kind, "model": repo, "revision": commit}, hub=True)
 
 
-def hub_commit(repo: str, revision: str | None) -> str:
-    """The commit a hub id names: the locally cached snapshot's, else (online) the hub's answer.
-
-    Raises:
-        ModelNotFoundError: when the model is not cached and the hub is offline, or the hub does not know it.
-    """
-    import huggingface_hub
-
-    shown = f"{repo}@{revision}" if revision else repo
-    try:
-        found = huggingface_hub.try_to_load_from_cache(repo, "config.json", revision=revision)
-    except Exception:  # an invalid repo id, say: the hub look-up below names the problem
-        found = None
-    if isinstance(found, str):
-        parts = Path(found).parts
-        if "snapshots" in parts:
-            return parts[parts.index("snapshots") + 1]
-    if revision and len(revision) == 40 and all(c in "0123456789abcdef" for c in revision):
-        return revision
-    if huggingface_hub.is_offline_mode():
-        raise ModelNotFoundError(
-            f"model {shown!r} is not in the local Hugging Face cache and the hub is offline (HF_HUB_OFFLINE=1)"
-        )
-    try:
-        info = huggingface_hub.HfApi().model_info(repo, revision=revision)
-    except Exception as exc:  # unknown repo, gated, no network
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelNotFoundError(f"cannot find model {shown!r} on the Hugging Face hub: {first}") from None
-    return str(info.sha)
 
 
 @register("backend", "hf")
@@ -338,8 +136,8 @@ class HFBackend:
         self.options = options or BackendOptions()
         if self.options.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.options.batch_size}")
-        if self.options.dtype != "auto" and self.options.dtype not in _DTYPES:
-            raise ConfigError(f"unknown dtype {self.options.dtype!r}; valid: auto, {', '.join(_DTYPES)}")
+        if self.options.dtype != "auto" and self.options.dtype not in DTYPES:
+            raise ConfigError(f"unknown dtype {self.options.dtype!r}; valid: auto, {', '.join(DTYPES)}")
         self._lock = threading.RLock()  # loading happens inside locked forward passes too
         self._source = locate_model(name, kind=self.kind)
         self._identity = dict(self._source.identity)
@@ -726,18 +524,6 @@ class HFBackend:
         return rows, shared + sum(len(s) - shared for s in seqs)
 
 
-def encode_contexts(
-    request: LogprobRequest, prompt: Callable[..., tuple[list[int] | None, Failure | None]]
-) -> tuple[list[list[int]], Failure | None]:
-    """Token ids of every context of `request` (see `LogprobRequest.contexts`), or the first failure of
-    `prompt(messages, assistant_prefix)` (the backend's renderer with its context check)."""
-    encoded = []
-    for context in request.contexts():
-        ids, failure = prompt(context, request.assistant_prefix)
-        if failure is not None:
-            return [], failure
-        encoded.append(ids)
-    return encoded, None  # type: ignore[return-value]
 
 
 def _pick(row: Any, cand_ids: dict[str, list[int]]) -> dict[str, float]:
@@ -778,41 +564,8 @@ def _forward_failure(exc: Exception) -> Failure:
     return _failure(f"forward pass failed: {type(exc).__name__}: {exc}")
 
 
-def answer_span(
-    tokenizer: Any, gen: Sequence[int], eos_ids: Iterable[int], stops: Sequence[str], *, plain: bool
-) -> tuple[list[int], int, str, int]:
-    """The answer a row of generated ids `gen` stands for: `(ids, n_tokens, text, start)`.
-
-    `ids` are the ids before the first end-of-sequence id, `n_tokens` how many were generated (the end-of-sequence
-    id counts), `text` their decode (`skip_special_tokens`) cut at the earliest stop string, and `start` where the
-    answer begins in that decode. Without a chat template (`plain`) the separators around `Assistant:` belong to the
-    rendering, so the text is stripped and `start` skips its leading whitespace. The `hf` and `vllm` backends both
-    read their rows through this, so the same ids give the same text (vLLM's own detokenizer keeps a Metaspace
-    tokenizer's leading space, a lone decode drops it).
-    """
-    ids, n_tokens = list(gen), len(gen)
-    eos = set(eos_ids)
-    for k, t in enumerate(ids):
-        if t in eos:
-            ids, n_tokens = ids[:k], k + 1
-            break
-    text = _cut_at_stop(tokenizer.decode(ids, skip_special_tokens=True), stops)
-    start = 0
-    if plain:
-        start = len(text) - len(text.lstrip())
-        text = text.strip()
-    return ids, n_tokens, text, start
 
 
-def _cut_at_stop(text: str, stops: Sequence[str]) -> str:
-    """`text` up to the earliest occurrence of any stop string."""
-    cut = len(text)
-    for s in stops:
-        if s:
-            k = text.find(s)
-            if k != -1:
-                cut = min(cut, k)
-    return text[:cut]
 
 
 class _RowStopper:

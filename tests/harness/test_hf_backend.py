@@ -210,7 +210,8 @@ def test_prompt_longer_than_the_context_fails_only_that_request(backend) -> None
 
 
 def test_plain_rendering_without_chat_template(tmp_path: Path) -> None:
-    from harness.backends.hf import HFBackend, render_plain
+    from harness.backends.hf import HFBackend
+    from harness.backends.local import render_plain
 
     msgs = (Message("system", "Be brief."), Message("user", "Hi"))
     assert render_plain(msgs) == "System: Be brief.\n\nUser: Hi\n\nAssistant:"
@@ -269,7 +270,7 @@ def _direct_logprobs(model_dir: Path, ids: list[int]):
 
 
 def test_logprobs_match_a_direct_forward_pass(backend, tiny_dir: Path) -> None:
-    from harness.backends.hf import candidate_token_ids
+    from harness.backends.local import candidate_token_ids
 
     requests = [
         LogprobRequest(user_chat("Is the answer Yes or No?")),
@@ -397,7 +398,7 @@ class _BytesTokenizer:
 
 
 def test_token_pieces_hold_partial_characters_and_concatenate_to_the_text() -> None:
-    from harness.backends.hf import token_pieces
+    from harness.backends.local import token_pieces
 
     text = "Oui: é, 日本 ok"
     ids = list(text.encode())
@@ -409,7 +410,7 @@ def test_token_pieces_hold_partial_characters_and_concatenate_to_the_text() -> N
 
 
 def test_tokens_within_drops_tokens_outside_the_span_and_keeps_straddlers() -> None:
-    from harness.backends.hf import tokens_within
+    from harness.backends.local import tokens_within
 
     pieces = [" a", "b", "", "cd", "ef"]  # " abcdef"
     assert list(tokens_within(pieces, 7)) == [0, 1, 2, 3, 4]
@@ -555,7 +556,7 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
 
 def test_vllm_backend_maps_requests_onto_the_engine(fake_vllm, tiny_dir: Path) -> None:
     from harness.backends.base import sample_seed
-    from harness.backends.hf import candidate_token_ids
+    from harness.backends.local import candidate_token_ids
     from harness.backends.vllm_backend import VLLMBackend
 
     started = len(fake_vllm.instances)

@@ -54,7 +54,7 @@ def _direct(model_dir: Path, ids: list[int]):
 
 def _expected(backend, model_dir: Path, ids: list[int], candidate: str) -> float:
     """What the backend should report for `candidate` after `ids` (its best first-token variant)."""
-    from harness.backends.hf import candidate_token_ids
+    from harness.backends.local import candidate_token_ids
 
     direct = _direct(model_dir, ids)
     return max(float(direct[i]) for i in candidate_token_ids(backend._tok, candidate))
