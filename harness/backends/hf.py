@@ -61,9 +61,10 @@ from harness.backends.base import (
     sample_seed,
 )
 from harness.backends.local import (
-    DTYPES,
     PLAIN_STOPS,
     answer_span,
+    backend_failure,
+    check_dtype,
     candidate_token_ids,
     encode_chat,
     encode_contexts,
@@ -71,43 +72,18 @@ from harness.backends.local import (
     locate_model,
     pick_device,
     pick_dtype,
+    prompt_ids,
     token_pieces,
     tokens_within,
     top_texts,
 )
 from harness.backends.merge import CallMerger
-from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory, ModelNotFoundError
+from harness.errors import BackendUnavailableError, ConfigError, Failure, ModelNotFoundError
 from harness.registry import register
 
 T = TypeVar("T")
 
 """Extra stop strings used with the plain-text rendering (tokenizers without a chat template)."""
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 @register("backend", "hf")
@@ -136,8 +112,7 @@ class HFBackend:
         self.options = options or BackendOptions()
         if self.options.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.options.batch_size}")
-        if self.options.dtype != "auto" and self.options.dtype not in DTYPES:
-            raise ConfigError(f"unknown dtype {self.options.dtype!r}; valid: auto, {', '.join(DTYPES)}")
+        check_dtype(self.options.dtype)
         self._lock = threading.RLock()  # loading happens inside locked forward passes too
         self._source = locate_model(name, kind=self.kind)
         self._identity = dict(self._source.identity)
@@ -298,15 +273,7 @@ class HFBackend:
     def _prompt(
         self, messages: Sequence[Message], prefix: str = ""
     ) -> tuple[list[int] | None, Failure | None]:
-        try:
-            ids = self.encode(messages, prefix)
-        except Exception as exc:  # e.g. a template that rejects a system turn
-            return None, _failure(f"cannot render the chat: {type(exc).__name__}: {exc}")
-        if self.context_length and len(ids) >= self.context_length:
-            return None, _failure(
-                f"prompt has {len(ids)} tokens; the model's context is {self.context_length}"
-            )
-        return ids, None
+        return prompt_ids(self.tokenizer, messages, prefix, self.context_length)
 
     def _pad(self, prompts: list[list[int]]):
         torch = self._torch
@@ -350,7 +317,7 @@ class HFBackend:
                 results = self._generate_batch(batch)
             except Exception as exc:  # e.g. out of memory: fail the requests of this batch, keep the rest
                 for r in batch:
-                    failures.setdefault(r.req, _failure(f"generation failed: {type(exc).__name__}: {exc}"))
+                    failures.setdefault(r.req, backend_failure(f"generation failed: {type(exc).__name__}: {exc}"))
                 continue
             for r, out in zip(batch, results):
                 outputs[(r.req, r.sample)] = out
@@ -524,8 +491,6 @@ class HFBackend:
         return rows, shared + sum(len(s) - shared for s in seqs)
 
 
-
-
 def _pick(row: Any, cand_ids: dict[str, list[int]]) -> dict[str, float]:
     """Candidate -> the largest log-probability among its token ids in `row` (`-inf` without any)."""
     return {c: (float(row[t].max()) if t else float("-inf")) for c, t in cand_ids.items()}
@@ -556,16 +521,8 @@ class _Output:
     logprobs: tuple[TokenLogprob, ...] | None
 
 
-def _failure(message: str) -> Failure:
-    return Failure(FailureCategory.BACKEND, " ".join(message.split()))
-
-
 def _forward_failure(exc: Exception) -> Failure:
-    return _failure(f"forward pass failed: {type(exc).__name__}: {exc}")
-
-
-
-
+    return backend_failure(f"forward pass failed: {type(exc).__name__}: {exc}")
 
 
 class _RowStopper:

@@ -21,12 +21,36 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends.base import LogprobRequest, Message, chat_to_json
-from harness.errors import ConfigError, Failure, ModelNotFoundError
+from harness.errors import ConfigError, Failure, FailureCategory, ModelNotFoundError
 
 PLAIN_STOPS = ("\nUser:",)
 
 
 DTYPES = ("bfloat16", "float16", "float32")
+
+
+def check_dtype(dtype: str) -> None:
+    """Raises ConfigError unless `dtype` is `auto` or one of `DTYPES`."""
+    if dtype != "auto" and dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(DTYPES)}")
+
+
+def backend_failure(message: str) -> Failure:
+    """A per-request failure of a local backend, on one line."""
+    return Failure(FailureCategory.BACKEND, " ".join(message.split()))
+
+
+def prompt_ids(
+    tokenizer: Any, messages: Sequence[Message], prefix: str, context_length: int | None
+) -> tuple[list[int] | None, Failure | None]:
+    """`encode_chat`'s ids, or the failure of a chat that cannot be rendered or leaves no room in the context."""
+    try:
+        ids = encode_chat(tokenizer, messages, prefix)
+    except Exception as exc:  # e.g. a template that rejects a system turn
+        return None, backend_failure(f"cannot render the chat: {type(exc).__name__}: {exc}")
+    if context_length and len(ids) >= context_length:
+        return None, backend_failure(f"prompt has {len(ids)} tokens; the model's context is {context_length}")
+    return ids, None
 
 
 def render_plain(messages: Sequence[Message]) -> str:
@@ -172,9 +196,8 @@ def pick_dtype(dtype: str, device: str):
     """
     import torch
 
+    check_dtype(dtype)
     if dtype != "auto":
-        if dtype not in DTYPES:
-            raise ConfigError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(DTYPES)}")
         return getattr(torch, dtype)
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16

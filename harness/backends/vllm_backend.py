@@ -55,8 +55,9 @@ from harness.backends.base import (
     Usage,
     sample_seed,
 )
+from harness.backends.local import backend_failure, check_dtype, prompt_ids
 from harness.backends.merge import CallMerger
-from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory
+from harness.errors import BackendUnavailableError, ConfigError, Failure
 from harness.registry import register
 
 log = logging.getLogger(__name__)
@@ -65,13 +66,8 @@ INSTALL_HINT = (
     'vllm backend needs vLLM: pip install "dynamicrubric-harness[vllm]" on a CUDA machine, or vLLM\'s CPU build '
     "in its own environment (make install-vllm; README, \"vLLM on the CPU\")"
 )
-DTYPES = ("auto", "bfloat16", "float16", "float32")
 MIN_MAX_LOGPROBS = 20
 """The engine allows at least this many logprobs per token (vLLM's own default)."""
-
-
-def _failure(message: str) -> Failure:
-    return Failure(FailureCategory.BACKEND, " ".join(message.split()))
 
 
 def engine_max_logprobs(options: BackendOptions) -> int:
@@ -104,8 +100,7 @@ class VLLMBackend:
 
         self.model = name
         self.options = options or BackendOptions()
-        if self.options.dtype not in DTYPES:
-            raise ConfigError(f"unknown dtype {self.options.dtype!r}; valid: {', '.join(DTYPES)}")
+        check_dtype(self.options.dtype)
         if self.options.top_logprobs < 1:
             raise ConfigError(f"top_logprobs must be >= 1, got {self.options.top_logprobs}")
         if importlib.util.find_spec("vllm") is None:
@@ -226,17 +221,7 @@ class VLLMBackend:
                 log.debug("vLLM engine shutdown: %s: %s", type(exc).__name__, exc)
 
     def _prompt(self, messages, prefix: str = "") -> tuple[list[int] | None, Failure | None]:
-        from harness.backends.local import encode_chat
-
-        try:
-            ids = encode_chat(self._tok, messages, prefix)
-        except Exception as exc:
-            return None, _failure(f"cannot render the chat: {type(exc).__name__}: {exc}")
-        if self.context_length and len(ids) >= self.context_length:
-            return None, _failure(
-                f"prompt has {len(ids)} tokens; the model's context is {self.context_length}"
-            )
-        return ids, None
+        return prompt_ids(self._tok, messages, prefix, self.context_length)
 
     def _run(self, prompts: list[list[int]], params: list[Any]) -> list[Any]:
         with self._lock:
@@ -255,7 +240,7 @@ class VLLMBackend:
         except BackendUnavailableError:
             raise
         except Exception as exc:
-            return [], _failure(f"generation failed: {type(exc).__name__}: {exc}")
+            return [], backend_failure(f"generation failed: {type(exc).__name__}: {exc}")
 
     # --------------------------------------------------------------------------------------------------------
     # Generation
@@ -317,7 +302,7 @@ class VLLMBackend:
                 try:
                     outputs[(i, s)] = self._read_sample(out.outputs[0], stops, requests[i].params.logprobs, plain)
                 except Exception as exc:  # e.g. an engine that returned no logprobs
-                    failures.setdefault(i, _failure(f"reading the output failed: {type(exc).__name__}: {exc}"))
+                    failures.setdefault(i, backend_failure(f"reading the output failed: {type(exc).__name__}: {exc}"))
         completions = []
         for i, req in enumerate(requests):
             if i in failures:
