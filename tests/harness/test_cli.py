@@ -23,7 +23,7 @@ def harness(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
 def test_help_imports_no_heavy_library():
     code = (
         "import sys\n"
-        "from harness.cli import main\n"
+        "from harness.commands.cli import main\n"
         "for argv in (['harness', '--help'], ['harness', 'generate', '--help'], ['harness', 'list', 'models']):\n"
         "    sys.argv = argv\n"
         "    try:\n"

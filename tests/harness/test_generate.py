@@ -6,8 +6,8 @@ from fakes import ScriptedBackend
 
 from harness.backends.base import user_chat
 from harness.cache import CachedBackend, CallCache
-from harness.generate import GenerateConfig, run_generate
-from harness.prompts import PromptRecord
+from harness.commands.generate import GenerateConfig, run_generate
+from harness.commands.prompts import PromptRecord
 
 
 def _prompts(*texts: str) -> list[PromptRecord]:

@@ -466,7 +466,7 @@ def test_config_backend_keys_and_types_are_checked_before_anything_starts(tmp_pa
 
 def _with_disk_fault(args: list[str], *, env: dict[str, str], under: Path, errno_name: str, after_bytes: int = 0):
     """Run the CLI with writes under `under` failing as the OS fails them (see `diskfaults.py`)."""
-    code = "import diskfaults, sys; from harness.cli import main; sys.argv = ['harness', *sys.argv[1:]]; main()"
+    code = "import diskfaults, sys; from harness.commands.cli import main; sys.argv = ['harness', *sys.argv[1:]]; main()"
     fault = {"HARNESS_TEST_FAULT_DIR": str(under), "HARNESS_TEST_FAULT_ERRNO": errno_name,
              "HARNESS_TEST_FAULT_AFTER": str(after_bytes), "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,

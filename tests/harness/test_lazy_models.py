@@ -15,7 +15,7 @@ from tiny_models import build_tiny_lm  # noqa: E402
 
 WATCH = (
     "import json, sys\n"
-    "from harness.cli import main\n"
+    "from harness.commands.cli import main\n"
     "sys.argv = ['harness', *sys.argv[1:]]\n"
     "try:\n"
     "    main()\n"

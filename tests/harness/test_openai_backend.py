@@ -31,7 +31,7 @@ from harness.backends.openai_backend import (
     normalise_base_url,
     retry_after_seconds,
 )
-from harness.bench_api import format_bench_api, run_bench_api
+from harness.commands.bench_api import format_bench_api, run_bench_api
 from harness.errors import BackendUnavailableError, FailureCategory
 from harness.loopback import (
     HttpRequest,

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
-from harness.prompts import read_prompts_file
+from harness.commands.prompts import read_prompts_file
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError, Failure, FailureCategory
-from harness.score import ResponseSet, read_sets_file, run_score
+from harness.commands.score import ResponseSet, read_sets_file, run_score
 from judges.base import SetScores, StageFailure, Trace
 
 

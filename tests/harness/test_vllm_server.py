@@ -124,7 +124,7 @@ def test_generation_and_token_logprobs_match_hf(server: str, hf) -> None:
 
 
 def test_logprob_verification_matches_hf(server: str, hf) -> None:
-    from harness.bench_verify import load_example
+    from harness.commands.bench_verify import load_example
     from judges.verify import verify
 
     prompt, responses, rubric = load_example(4, 3)

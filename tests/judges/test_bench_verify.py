@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from judge_fakes import FakeJudge
 
-from harness import bench_verify
+from harness.commands import bench_verify
 from harness.errors import ConfigError
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.loop import LoopSummary, Unit, write_output
-from harness.prompts import iter_jsonl_records
+from harness.commands.prompts import iter_jsonl_records
 from harness.records import ScoreRecord
 from harness.runstore import OutputPaths
 from harness.seeds import derive_seed

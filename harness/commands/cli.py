@@ -197,9 +197,9 @@ def generate(
     """
     from harness.cache import CallCache
     from harness.errors import ConfigError
-    from harness.generate import GenerateConfig, run_generate
+    from harness.commands.generate import GenerateConfig, run_generate
     from harness.pool import BackendPool
-    from harness.prompts import benchmark_prompts, read_prompts_file
+    from harness.commands.prompts import benchmark_prompts, read_prompts_file
 
     if (prompts is None) == (benchmark is None):
         raise ConfigError("give exactly one of --prompts FILE or --benchmark NAME")
@@ -283,7 +283,7 @@ def run(
     """
     from harness.config import backend_options, load_run_config
     from harness.errors import ConfigError
-    from harness.runner import RunPlan
+    from harness.commands.runner import RunPlan
     from reports.tables import get_table
 
     cfg = load_run_config(
@@ -319,7 +319,7 @@ def _run_and_report(plan, out_dir: Path, *, options, config: dict, parallel: int
                     overwrite: bool, wait: bool, retry_failed: bool) -> None:
     from harness.cache import CallCache
     from harness.pool import BackendPool
-    from harness.runner import prepare, run_plan
+    from harness.commands.runner import prepare, run_plan
     from reports.report import write_reports
 
     pool = BackendPool(options=options, cache=None if no_cache else CallCache())
@@ -368,7 +368,7 @@ def eval_(
     """
     import hashlib
 
-    from harness.runner import RunPlan
+    from harness.commands.runner import RunPlan
 
     options = _backend_options(base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
                                timeout=timeout, max_attempts=max_attempts, batch_size=batch_size, dtype=dtype,
@@ -418,7 +418,7 @@ def score(
     from harness.cache import CallCache
     from harness.errors import ConfigError
     from harness.pool import BackendPool
-    from harness.score import read_sets_file, run_score
+    from harness.commands.score import read_sets_file, run_score
     from judges import load_evaluator
 
     if _same_file(input, out):
@@ -473,7 +473,7 @@ def doctor(
     ] = None,
 ) -> None:
     """Check the environment: Python, torch, CUDA, vLLM, endpoints, cache dir, embedded models."""
-    from harness.doctor import run_doctor
+    from harness.commands.doctor import run_doctor
 
     ok = run_doctor(base_urls=base_url or [], echo=typer.echo)
     if not ok:
@@ -602,7 +602,7 @@ def bench_api(
     requests: Annotated[int, typer.Option("--requests", min=1)] = 256,
 ) -> None:
     """Client throughput against a loopback OpenAI-compatible server: achieved/ideal."""
-    from harness.bench_api import format_bench_api, run_bench_api
+    from harness.commands.bench_api import format_bench_api, run_bench_api
 
     typer.echo(
         format_bench_api(run_bench_api(latency_ms=latency_ms, concurrency=concurrency, requests=requests))
@@ -616,7 +616,7 @@ def bench_cache(
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 32,
 ) -> None:
     """A cold and a fully cached `harness generate`, each in a fresh process: wall times and their ratio."""
-    from harness.bench_cache import format_bench_cache, run_bench_cache
+    from harness.commands.bench_cache import format_bench_cache, run_bench_cache
 
     cold, warm = run_bench_cache(model, prompts=prompts, max_tokens=max_tokens)
     typer.echo(format_bench_cache(cold, warm, model=model, prompts=prompts))
@@ -640,7 +640,7 @@ def bench_verify(
 ) -> None:
     """Compare the verification modes per_item, batched, logprob: calls, tokens, wall time, agreement; then the
     generation throughput (for a vllm: model, against hf: on the same checkpoint)."""
-    from harness.bench_verify import bench_verify_sync
+    from harness.commands.bench_verify import bench_verify_sync
 
     options = _backend_options(base_url=base_url, api_key_env=api_key_env, batch_size=batch_size, dtype=dtype,
                                enforce_eager=enforce_eager)

@@ -24,7 +24,7 @@ _QUESTIONS = ("What is the capital of France?", "Name a prime number.", "What co
 
 _WATCHED = (
     "import sys\n"
-    "from harness.cli import main\n"
+    "from harness.commands.cli import main\n"
     "sys.argv = ['harness', *sys.argv[1:]]\n"
     "try:\n"
     "    main()\n"

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.backends.base import Backend, GenerateRequest, SamplingParams, chat_to_json
 from harness.loop import LoopSummary, Unit, write_output
-from harness.prompts import PromptRecord
+from harness.commands.prompts import PromptRecord
 from harness.records import GenerationRecord
 from harness.runstore import OutputPaths
 from harness.seeds import derive_seed
