@@ -51,7 +51,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks import base
+from benchmarks import base, scoring
 from benchmarks.base import ListwiseItem
 from harness.errors import ConfigError
 from harness.jsonl import read_text
@@ -214,6 +214,8 @@ class AEOLLM:
     """AEOLLM train questions: 7 LLM answers each, gold ranks from the human scores (ties kept)."""
 
     name = "aeollm"
+    display = "AEOLLM"
+    metrics = scoring.LISTWISE
     kind: Literal["listwise"] = "listwise"
 
     def load(

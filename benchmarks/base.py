@@ -13,10 +13,13 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from harness.errors import ConfigError
 from harness.seeds import derive_seed
+
+if TYPE_CHECKING:
+    from benchmarks.scoring import Metric
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +63,12 @@ class Benchmark(Protocol):
 
     name: str
     """Registry name (`judgebench`, `rm_bench`, ...)."""
+    display: str
+    """How tables name it (the paper's column name: `JudgeBench`, `RM-Bench`, `LMSYS-Chat-1M`, ...)."""
     kind: Literal["pairwise", "listwise"]
-    """Which metrics apply."""
+    """The item type it yields."""
+    metrics: tuple[Metric, ...]
+    """Its metrics, headline first (`benchmarks.scoring`): reports, tables and `harness compare` ask these."""
 
     def load(self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0) -> list[Item]:
         """The benchmark's items, in a stable order; `limit` keeps the first N; `seed` drives A/B randomisation."""

@@ -39,7 +39,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks import base
+from benchmarks import base, scoring
 from benchmarks.base import PairwiseItem
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
@@ -111,12 +111,16 @@ class JudgeBench:
     """JudgeBench pairs whose responses come from one response model (`split`: `gpt` or `claude`)."""
 
     kind: Literal["pairwise"] = "pairwise"
+    metrics = scoring.PAIRWISE
+    """Strict pairwise accuracy over scores: for the pairwise judge this is JudgeBench's both-orders rule (its
+    scores are built from `benchmarks.metrics.both_orders_sum`, see `judges.pairwise`)."""
 
     def __init__(self, split: Literal["gpt", "claude"] = "gpt", *, name: str = "judgebench") -> None:
         if split not in FILES:
             raise ConfigError(f"JudgeBench split must be one of {sorted(FILES)}, got {split!r}")
         self.split = split
         self.name = name
+        self.display = "JudgeBench" if split == "gpt" else "JudgeBench (Claude)"
 
     def load(
         self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0

@@ -32,6 +32,7 @@ Conventions (every evaluator number the project reports follows these):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -95,12 +96,14 @@ def _lists(scores: Sequence[Sequence[float]], gold_ranks: Sequence[Sequence[int]
     return out
 
 
-def _top1(s: np.ndarray, g: np.ndarray) -> bool:
+def top1_correct(s: np.ndarray, g: np.ndarray) -> bool:
+    """One list: is the unique highest-scored response gold-best (`s` scores, `g` gold ranks, both numeric)?"""
     top = np.flatnonzero(s == s.max())
     return top.size == 1 and g[top[0]] == g.min()
 
 
-def _ndcg_one(s: np.ndarray, g: np.ndarray) -> float:
+def list_ndcg(s: np.ndarray, g: np.ndarray) -> float:
+    """One list's tie-averaged nDCG (`s` scores, `g` gold ranks, both numeric arrays)."""
     k = s.size
     if k == 1:
         return 1.0
@@ -118,7 +121,7 @@ def _ndcg_one(s: np.ndarray, g: np.ndarray) -> float:
 
 def strict_top1_accuracy(scores: Sequence[Sequence[float]], gold_ranks: Sequence[Sequence[int]]) -> float:
     """Share of lists whose unique highest-scored response is gold-best (a tied top is wrong)."""
-    return float(np.mean([_top1(s, g) for s, g in _lists(scores, gold_ranks)]))
+    return float(np.mean([top1_correct(s, g) for s, g in _lists(scores, gold_ranks)]))
 
 
 def top_tie_rate(scores: Sequence[Sequence[float]]) -> float:
@@ -131,24 +134,106 @@ def top_tie_rate(scores: Sequence[Sequence[float]]) -> float:
 
 def ndcg(scores: Sequence[Sequence[float]], gold_ranks: Sequence[Sequence[int]]) -> float:
     """Mean tie-averaged nDCG over lists (conventions in the module docstring)."""
-    return float(np.mean([_ndcg_one(s, g) for s, g in _lists(scores, gold_ranks)]))
+    return float(np.mean([list_ndcg(s, g) for s, g in _lists(scores, gold_ranks)]))
+
+
+def _weights(weights: Sequence[float] | None, size: int) -> np.ndarray | None:
+    if weights is None:
+        return None
+    w = _floats(weights, "weights")
+    if w.size != size or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"need {size} non-negative weights with a positive sum, got {w.size}")
+    return w
+
+
+def _check_ci(n_resamples: int, alpha: float) -> None:
+    if n_resamples < 1 or not 0.0 < alpha < 1.0:
+        raise ValueError(f"need n_resamples >= 1 and 0 < alpha < 1, got {n_resamples}, {alpha}")
+
+
+def _resampled_means(arrays: Sequence[np.ndarray], w: np.ndarray | None, n_resamples: int, seed: int) -> np.ndarray:
+    """Per resample (rows) and array (columns): the (weighted) mean over items drawn with replacement, every
+    array resampled with the same item indices."""
+    size = arrays[0].size
+    rng = np.random.default_rng(seed)
+    means = np.empty((n_resamples, len(arrays)))
+    step = max(1, (1 << 22) // size)  # bounds the index matrix to ~4M entries per chunk
+    for start in range(0, n_resamples, step):
+        stop = min(start + step, n_resamples)
+        idx = rng.integers(0, size, size=(stop - start, size))
+        for col, arr in enumerate(arrays):
+            if w is None:
+                means[start:stop, col] = arr[idx].mean(axis=1)
+            else:
+                means[start:stop, col] = (arr[idx] * w[idx]).sum(axis=1) / w[idx].sum(axis=1)
+    return means
+
+
+def weighted_mean(values: Sequence[float], weights: Sequence[float] | None = None) -> float:
+    """The mean of per-item `values`, weighted by `weights` when given (a benchmark's aggregate)."""
+    arr = _floats(values, "values")
+    w = _weights(weights, arr.size)
+    return float(arr.mean() if w is None else (arr * w).sum() / w.sum())
 
 
 def bootstrap_ci(
-    values: Sequence[float], *, n_resamples: int = 1000, alpha: float = 0.05, seed: int = 0
+    values: Sequence[float],
+    *,
+    weights: Sequence[float] | None = None,
+    n_resamples: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of per-item `values` (same seed, same interval)."""
+    """Percentile bootstrap interval of the mean of per-item `values` (same seed, same interval).
+
+    With `weights` each resample's statistic is the weighted mean of the drawn items with their weights (a
+    ratio estimator: the aggregate of a benchmark whose items do not count equally, such as RM-Bench's).
+    """
     arr = _floats(values, "values")
-    if n_resamples < 1 or not 0.0 < alpha < 1.0:
-        raise ValueError(f"need n_resamples >= 1 and 0 < alpha < 1, got {n_resamples}, {alpha}")
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_resamples)
-    step = max(1, (1 << 22) // arr.size)  # bounds the index matrix to ~4M entries per chunk
-    for start in range(0, n_resamples, step):
-        stop = min(start + step, n_resamples)
-        means[start:stop] = arr[rng.integers(0, arr.size, size=(stop - start, arr.size))].mean(axis=1)
+    _check_ci(n_resamples, alpha)
+    means = _resampled_means([arr], _weights(weights, arr.size), n_resamples, seed)[:, 0]
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
+
+
+def paired_bootstrap_ci(
+    base: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    weights: Sequence[float] | None = None,
+    n_resamples: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of mean(candidate) - mean(base) over paired items.
+
+    `base[i]` and `candidate[i]` are the same item's values in two runs; each resample draws items (not values),
+    so both runs see the same items and the between-item variance cancels. `weights` as in `bootstrap_ci`.
+    """
+    b, c = _floats(base, "base"), _floats(candidate, "candidate")
+    if b.shape != c.shape:
+        raise ValueError(f"base has {b.size} items, candidate {c.size}")
+    _check_ci(n_resamples, alpha)
+    means = _resampled_means([b, c], _weights(weights, b.size), n_resamples, seed)
+    lo, hi = np.quantile(means[:, 1] - means[:, 0], [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+def mcnemar_exact(base_only: int, candidate_only: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant pairs.
+
+    `base_only`: items right in the base run and wrong in the candidate; `candidate_only`: the reverse. Under
+    the null each discordant item is a fair coin, so p = min(1, 2 * P(X <= min(b, c))), X ~ Binomial(b + c, 1/2)
+    (the binomial test scipy's `binomtest` and statsmodels' `mcnemar(exact=True)` compute). No discordant
+    pair gives 1.0.
+    """
+    if base_only < 0 or candidate_only < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {base_only}, {candidate_only}")
+    n, k = base_only + candidate_only, min(base_only, candidate_only)
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2.0 * tail)
 
 
 def avg_at_k(per_repeat_values: Sequence[float]) -> tuple[float, float, float, float]:
@@ -180,10 +265,23 @@ class MetricResult:
         return asdict(self)
 
 
+def metric_result(
+    name: str,
+    per_item: Sequence[float],
+    *,
+    n_failed: int,
+    ties: int,
+    weights: Sequence[float] | None = None,
+    **ci: Any,
+) -> MetricResult:
+    """A `MetricResult` from per-item values (failures already scored as wrong), with its bootstrap interval."""
+    lo, hi = bootstrap_ci(per_item, weights=weights, **ci)
+    n = len(per_item)
+    return MetricResult(name, weighted_mean(per_item, weights), n, int(n_failed), float(ties) / n, lo, hi)
+
+
 def _result(name: str, per_item: np.ndarray, n_failed: int, ties: int, **ci: Any) -> MetricResult:
-    lo, hi = bootstrap_ci(per_item, **ci)
-    n = int(per_item.size)
-    return MetricResult(name, float(per_item.mean()), n, int(n_failed), float(ties) / n, lo, hi)
+    return metric_result(name, per_item, n_failed=n_failed, ties=ties, **ci)
 
 
 def split_failed(
@@ -251,7 +349,7 @@ def listwise_result(
     if ok:
         scored = _lists([scores[i] for i in ok], [gold_ranks[i] for i in ok])  # type: ignore[misc]
         for i, (s, g) in zip(ok, scored):
-            acc[i], gain[i] = _top1(s, g), _ndcg_one(s, g)
+            acc[i], gain[i] = top1_correct(s, g), list_ndcg(s, g)
             ties += np.count_nonzero(s == s.max()) > 1
     ci = {"n_resamples": n_resamples, "alpha": alpha, "seed": seed}
     return ListwiseResult(
@@ -259,18 +357,23 @@ def listwise_result(
     )
 
 
-def judgebench_pair_correct(decisions: Iterable[int | None]) -> bool:
-    """JudgeBench's both-orders rule: per order +1 right, -1 wrong, 0 tie, None unparsable (adds 0).
+def both_orders_sum(decisions: Iterable[int | None]) -> int:
+    """JudgeBench's per-pair sum over the orders it was judged in: +1 right, -1 wrong, 0 tie, None (unparsable) 0.
 
-    Returns:
-        True iff the decisions sum to more than 0.
+    The one place the both-orders rule is written: `judgebench_pair_correct` and the pairwise judge
+    (`judges.pairwise.score_games`) both read it.
     """
     total = 0
     for d in decisions:
         if d not in (1, 0, -1, None) or isinstance(d, bool):
             raise ValueError(f"a decision is +1, 0, -1 or None, got {d!r}")
         total += d or 0
-    return total > 0
+    return total
+
+
+def judgebench_pair_correct(decisions: Iterable[int | None]) -> bool:
+    """JudgeBench's both-orders rule: a pair is right iff its `both_orders_sum` is more than 0."""
+    return both_orders_sum(decisions) > 0
 
 
 def decisions_from_scores(order_scores: Iterable[tuple[float | None, float | None]]) -> list[int | None]:
@@ -299,7 +402,7 @@ def judgebench_result(
     if not pair_decisions:
         raise ValueError("judgebench_result: no pairs")
     correct = np.array([judgebench_pair_correct(d) for d in pair_decisions], dtype=float)
-    ties = sum(sum(x or 0 for x in d) == 0 for d in pair_decisions)
+    ties = sum(both_orders_sum(d) == 0 for d in pair_decisions)
     n_failed = sum(any(x is None for x in d) for d in pair_decisions)
     return _result("judgebench_acc", correct, n_failed, ties, n_resamples=n_resamples, alpha=alpha, seed=seed)
 

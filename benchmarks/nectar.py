@@ -53,7 +53,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks import base
+from benchmarks import base, scoring
 from benchmarks.base import ListwiseItem
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
@@ -215,6 +215,8 @@ class NectarLMSYS:
     """Nectar's LMSYS-Chat-1M prompts: 7 responses each with GPT-4 gold ranks."""
 
     name = "nectar_lmsys"
+    display = "LMSYS-Chat-1M"
+    metrics = scoring.LISTWISE
     kind: Literal["listwise"] = "listwise"
 
     def load(

@@ -53,7 +53,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks import base
+from benchmarks import base, scoring
 from benchmarks.base import PairwiseItem, randomise_pair
 from harness.errors import ConfigError
 from harness.jsonl import read_json, read_jsonl, read_text
@@ -201,6 +201,8 @@ class PersonalizedRewardBench:
     """Personalized RewardBench chosen/rejected pairs, the user's profile in the prompt, A/B randomised."""
 
     name = "personalized_rb"
+    display = "Personalized-RB"
+    metrics = scoring.PAIRWISE
     kind: Literal["pairwise"] = "pairwise"
 
     def load(

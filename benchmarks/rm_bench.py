@@ -31,17 +31,29 @@ chosen response is plainer than the rejected one, so style pulls the wrong way),
 the lower triangle. Domain accuracy = mean of all 9 cells; Safety pools safety-refuse and safety-response
 prompts; Overall and Hard/Normal/Easy overall = mean over the domains (Chat, Code, Math, Safety; only three
 are available locally). Running a pairwise LLM judge on each cell is our adaptation, not an upstream rule.
+
+Metrics declared (`RMBench.metrics`): `acc` is the official Overall, the headline and Table 1's column: the mean
+over domains of each domain's 9-cell mean, written as a weighted mean of per-pair correctness (a pair weighs
+1 / (domains x cells of its domain x pairs in its cell)), so it bootstraps and compares like any accuracy. A run
+that leaves cells empty (`--limit`) averages the cells it has, and `details` marks such a domain incomplete.
+`pooled_acc` is the plain accuracy over all pairs. `details` (results.json) holds each domain's matrix and
+Hard/Normal/Easy, and their means over complete domains.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks import base
+import numpy as np
+
+from benchmarks import base, metrics, scoring
 from benchmarks.base import PairwiseItem, randomise_pair
+from harness.records import EvalRecord
 from harness.errors import ConfigError
 from harness.jsonl import read_json
 from harness.registry import register
@@ -141,11 +153,60 @@ def _items(rows: Iterable[tuple[str, str, Any]], *, limit: int | None, seed: int
     return list(islice(items, limit))
 
 
+def _domain(r: EvalRecord) -> str:
+    return r.meta.get("domain_group", r.meta.get("domain", "all"))
+
+
+def _cell(r: EvalRecord) -> tuple[int, int]:
+    return int(r.meta["chosen_style"]), int(r.meta["rejected_style"])
+
+
+def overall_weights(records: Sequence[EvalRecord]) -> np.ndarray:
+    """Per-pair weights that make the weighted accuracy the mean over domains of the mean over cells."""
+    cells = Counter((_domain(r), _cell(r)) for r in records)
+    cells_per_domain = Counter(domain for domain, _ in cells)
+    return np.array(
+        [1.0 / (len(cells_per_domain) * cells_per_domain[_domain(r)] * cells[(_domain(r), _cell(r))]) for r in records]
+    )
+
+
+def matrices(records: Sequence[EvalRecord]) -> dict[str, Any]:
+    """Each domain's 3x3 matrix with Hard/Normal/Easy (or why it is incomplete), and their means over domains."""
+    by_domain: dict[str, list] = defaultdict(list)
+    for r in records:
+        ok = None if r.n_unscored else bool(scoring.pair_correct(r))
+        by_domain[_domain(r)].append((*_cell(r), ok))
+    per_domain: dict[str, Any] = {}
+    for domain, rows in sorted(by_domain.items()):
+        try:
+            per_domain[domain] = metrics.rm_bench_matrix(rows)
+        except ValueError as exc:  # a --limit run may not fill every cell
+            per_domain[domain] = {"error": str(exc)}
+    complete = {d: v for d, v in per_domain.items() if "error" not in v}
+    return {"per_domain": per_domain, "average": metrics.rm_bench_domain_average(complete) if complete else None}
+
+
+OVERALL = replace(
+    scoring.PAIRWISE_ACC,
+    description="RM-Bench Overall: the mean over domains of the mean of each domain's 3x3 style-matrix cells",
+    weights=overall_weights,
+    details=matrices,
+)
+POOLED = replace(
+    scoring.PAIRWISE_ACC,
+    name="pooled_acc",
+    display="pooled Acc.",
+    description="strict pairwise accuracy pooled over all pairs (every pair counts the same)",
+)
+
+
 class RMBench:
     """RM-Bench's chosen/rejected style matrix as 9 pairwise items per prompt."""
 
     name = "rm_bench"
+    display = "RM-Bench"
     kind: Literal["pairwise"] = "pairwise"
+    metrics = (OVERALL, POOLED)
 
     def load(
         self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0

@@ -30,7 +30,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks import base
+from benchmarks import base, scoring
 from benchmarks.base import PairwiseItem, randomise_pair
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
@@ -92,6 +92,8 @@ class UltraFeedback:
     """UltraFeedback binarized `test_prefs` pairs (chosen vs rejected), A/B randomised."""
 
     name = "ultrafeedback"
+    display = "UltraFeedback"
+    metrics = scoring.PAIRWISE
     kind: Literal["pairwise"] = "pairwise"
 
     def load(

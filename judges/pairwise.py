@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.metrics import both_orders_sum
 from harness.backends.base import GenerateRequest, Message, SamplingParams
 from harness.errors import ConfigError, Failure, FailureCategory
 from harness.registry import register
@@ -174,18 +175,21 @@ def score_games(k: int, games: Sequence[Game]) -> tuple[tuple[float | None, ...]
     """
     total = [0.0] * k
     played = [0] * k
-    pairs: dict[tuple[int, int], dict[str, Any]] = {}
+    decisions: dict[tuple[int, int], list[int | None]] = {}
     for g in games:
         i, j = sorted((g.a, g.b))
-        pair = pairs.setdefault((i, j), {"responses": [i, j], "sum": 0, "games": 0, "preferred": None})
         for idx, pts in g.points().items():
             total[idx] += pts
             played[idx] += 1
-        if g.verdict is not None:
-            pair["games"] += 1
-            pair["sum"] += 0 if g.winner is None else (1 if g.winner == i else -1)
-    for (i, j), pair in pairs.items():
-        pair["preferred"] = i if pair["sum"] > 0 else j if pair["sum"] < 0 else None
+        # From i's side: +1 i won, -1 j won, 0 tie, None no verdict (JudgeBench's decisions).
+        decision = None if g.verdict is None else 0 if g.winner is None else 1 if g.winner == i else -1
+        decisions.setdefault((i, j), []).append(decision)
+    pairs: dict[tuple[int, int], dict[str, Any]] = {}
+    for (i, j), ds in decisions.items():
+        total_ij = both_orders_sum(ds)
+        preferred = i if total_ij > 0 else j if total_ij < 0 else None
+        games_ij = sum(d is not None for d in ds)
+        pairs[(i, j)] = {"responses": [i, j], "sum": total_ij, "games": games_ij, "preferred": preferred}
     scores = tuple(total[r] / played[r] if played[r] else None for r in range(k))
     return scores, [pairs[p] for p in sorted(pairs)]
 

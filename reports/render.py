@@ -22,17 +22,16 @@ CONVENTIONS = (
 
 
 def _value(results: Mapping[str, Any], label: str, col: Column) -> float | None:
+    """The cell's value as printed (scaled by the metric's declared scale), None when there is none."""
     cell = results.get(label, {}).get("benchmarks", {}).get(col.benchmark)
     if not cell or col.metric not in cell:
         return None
-    value = cell[col.metric]["value"]
-    return value * 100 if col.metric == "acc" else value
+    return cell[col.metric]["value"] * col.declared().scale
 
 
-def _fmt(value: float | None, metric: str) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.1f}" if metric == "acc" else f"{value:.3f}"
+def _fmt(value: float | None, col: Column) -> str:
+    """A printed-scale value (ours already scaled, or the paper's) with the metric's decimals."""
+    return "-" if value is None else f"{value:.{col.declared().digits}f}"
 
 
 def _marks(spec: TableSpec, results: Mapping[str, Any]) -> dict[tuple[str, str], str]:
@@ -41,14 +40,15 @@ def _marks(spec: TableSpec, results: Mapping[str, Any]) -> dict[tuple[str, str],
     for col in spec.columns:
         values = {r.label: _value(results, r.label, col) for r in spec.rows}
         scored = {k: v for k, v in values.items() if v is not None}
+        pick = max if col.declared().higher_is_better else min
         if scored:
-            best = max(scored.values())
+            best = pick(scored.values())
             for k, v in scored.items():
                 if v == best:
                     marks[(k, col.key)] = "best"
         dynamic = {r.label: values[r.label] for r in spec.rows if r.dynamic and values[r.label] is not None}
         if dynamic:
-            best = max(dynamic.values())
+            best = pick(dynamic.values())
             for k, v in dynamic.items():
                 if v == best:
                     marks[(k, col.key)] = (marks.get((k, col.key), "") + " best-dynamic").strip()
@@ -56,12 +56,12 @@ def _marks(spec: TableSpec, results: Mapping[str, Any]) -> dict[tuple[str, str],
 
 
 def _header(spec: TableSpec) -> list[str]:
-    return ["Evaluator"] + [f"{c.benchmark} {'Acc' if c.metric == 'acc' else 'nDCG'}" for c in spec.columns]
+    return ["Evaluator"] + [spec.header(c) for c in spec.columns]
 
 
 def _paper_cells(spec: TableSpec, paper_label: str | None) -> list[str]:
     row = spec.paper.get(paper_label) if paper_label else None
-    return [_fmt(row.get(c.key) if row else None, c.metric) for c in spec.columns]
+    return [_fmt(row.get(c.key) if row else None, c) for c in spec.columns]
 
 
 def render_markdown(spec: TableSpec, results: Mapping[str, Any], notes: list[str]) -> str:
@@ -71,7 +71,7 @@ def render_markdown(spec: TableSpec, results: Mapping[str, Any], notes: list[str
     for row in spec.rows:
         cells = []
         for col in spec.columns:
-            text = _fmt(_value(results, row.label, col), col.metric)
+            text = _fmt(_value(results, row.label, col), col)
             mark = marks.get((row.label, col.key), "")
             text = f"<u>{text}</u>" if "best-dynamic" in mark else text
             cells.append(f"**{text}**" if "best" in mark.split() else text)
@@ -88,6 +88,7 @@ def render_markdown(spec: TableSpec, results: Mapping[str, Any], notes: list[str
             )
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
     lines += ["", CONVENTIONS, ""]
+    lines += [f"- {spec.header(c)}: {c.declared().description}" for c in spec.columns]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -113,7 +114,7 @@ def render_latex(spec: TableSpec, results: Mapping[str, Any]) -> str:
     for row in spec.rows:
         cells = []
         for col in spec.columns:
-            text = _fmt(_value(results, row.label, col), col.metric)
+            text = _fmt(_value(results, row.label, col), col)
             mark = marks.get((row.label, col.key), "").split()
             if "best-dynamic" in mark:
                 text = rf"\underline{{{text}}}"
@@ -137,7 +138,7 @@ def render_csv(spec: TableSpec, results: Mapping[str, Any]) -> str:
         paper = spec.paper.get(row.paper, {}) if row.paper else {}
         for col in spec.columns:
             cell = res.get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
-            scale = 100 if col.metric == "acc" else 1
+            scale = col.declared().scale
             if cell:
                 values = [cell["value"] * scale, cell["std"] * scale, paper.get(col.key), cell["n"],
                           cell["n_failed"], cell["tie_rate"], cell["ci_low"] * scale, cell["ci_high"] * scale,

@@ -10,17 +10,13 @@ from harness.errors import ConfigError
 from harness.records import EvalRecord
 from harness.runstore import Manifest, OutputPaths, RecordLog, write_json_atomic, write_text_atomic
 from reports.render import render_csv, render_latex, render_markdown
-from reports.results import NDCG_TIES, compute_results
+from reports.results import NDCG_TIES, benchmark, compute_results
 from reports.tables import Column, Row, TableSpec, get_table
 
 
-def adhoc_table(rows: dict[str, str], kinds: dict[str, str]) -> TableSpec:
-    """A table for an `harness eval` run: its rows and benchmarks, no paper numbers."""
-    columns = []
-    for bench, kind in kinds.items():
-        columns.append(Column(bench, "acc"))
-        if kind == "listwise":
-            columns.append(Column(bench, "ndcg"))
+def adhoc_table(rows: dict[str, str], benchmarks: list[str]) -> TableSpec:
+    """A table for an `harness eval` run: its rows, and every metric its benchmarks declare; no paper numbers."""
+    columns = [Column(name, m.name) for name in benchmarks for m in benchmark(name).metrics]
     return TableSpec(
         name="eval",
         title="Evaluator results",
@@ -61,9 +57,9 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
     if table:
         spec = get_table(table)
         spec = TableSpec(spec.name, spec.title, tuple(r for r in spec.rows if r.label in rows), spec.columns,
-                         spec.paper, spec.seeds)
+                         spec.paper)
     else:
-        spec = adhoc_table(rows, manifest.get("benchmark_kinds") or {r.benchmark: r.kind for r in records})
+        spec = adhoc_table(rows, list(manifest.get("benchmark_kinds") or dict.fromkeys(r.benchmark for r in records)))
     results = compute_results(records, rows)
     notes = [f"preset: {config.get('preset', '-')}; repeats: {config.get('seeds')}; "
              f"records: {len(records)}; status: {manifest.get('status')}"]

@@ -1,9 +1,10 @@
 """From run records to results: per (row, benchmark) metrics per repeat, AVG@k, counts and intervals.
 
-Records are the lines of a run's `records.jsonl` (one per evaluator x benchmark x item x repeat). Each metric is
-computed per repeat with `benchmarks.metrics` (failures counted wrong, never dropped), then summarised over the
-repeats as AVG@k: mean, spread (population std, min, max), and the bootstrap interval of repeat 0 as the
-per-item uncertainty. Reports never call a model.
+Records are the lines of a run's `records.jsonl` (one per evaluator x benchmark x item x repeat). Each metric the
+benchmark declares (`Benchmark.metrics`, `benchmarks.scoring`) is computed per repeat (failures counted wrong,
+never dropped), then summarised over the repeats as AVG@k: mean, spread (population std, min, max), and the
+bootstrap interval of repeat 0 as the per-item uncertainty. A metric's `details` (RM-Bench's matrices) are kept
+under `details[metric]`, one per repeat. Reports never call a model.
 """
 
 from __future__ import annotations
@@ -14,53 +15,34 @@ from typing import Any
 
 from benchmarks import metrics
 from harness.records import EvalRecord
+from harness.registry import lookup
 
 NDCG_TIES = "scikit-learn ndcg_score convention: tied predicted scores get the average gain over their orderings"
 
 
-def _pairwise(records: list[EvalRecord]) -> dict[str, Any]:
-    pairs = []
-    for r in records:
-        s, p = r.scores, r.preferred
-        pairs.append((s[p], s[1 - p]))
-    result = metrics.pairwise_result(pairs, seed=0).to_json()
-    out = {"acc": result}
-    if records and "chosen_style" in records[0].meta:
-        out["rm_bench"] = _rm_bench(records)
+def benchmark(name: str) -> Any:
+    """The registered benchmark `name` (every benchmark module imported first)."""
+    from benchmarks import register_all
+
+    register_all()
+    return lookup("benchmark", name)
+
+
+def repeat_results(bench: Any, records: Sequence[EvalRecord]) -> dict[str, Any]:
+    """Every metric the benchmark declares over one repeat's records, plus each metric's `details`."""
+    out: dict[str, Any] = {}
+    for metric in bench.metrics:
+        out[metric.name] = metric.result(records, seed=0).to_json()
+        if metric.details is not None:
+            out.setdefault("details", {})[metric.name] = metric.details(records)
     return out
-
-
-def _rm_bench(records: list[EvalRecord]) -> dict[str, Any]:
-    """RM-Bench's hard/normal/easy per domain group, averaged over groups; None where a 3x3 matrix is incomplete."""
-    by_domain: dict[str, list] = defaultdict(list)
-    for r in records:
-        s, p, m = r.scores, r.preferred, r.meta
-        ok = None if s[p] is None or s[1 - p] is None else s[p] > s[1 - p]
-        by_domain[m.get("domain_group", m.get("domain", "all"))].append(
-            (int(m["chosen_style"]), int(m["rejected_style"]), ok)
-        )
-    per_domain = {}
-    for domain, rows in by_domain.items():
-        try:
-            per_domain[domain] = metrics.rm_bench_matrix(rows)
-        except ValueError as exc:  # a --limit run may not fill every cell
-            per_domain[domain] = {"error": str(exc)}
-    complete = {d: v for d, v in per_domain.items() if "error" not in v}
-    average = metrics.rm_bench_domain_average(complete) if complete else None
-    return {"per_domain": per_domain, "average": average}
-
-
-def _listwise(records: list[EvalRecord]) -> dict[str, Any]:
-    scores = [None if r.n_unscored else list(r.scores) for r in records]
-    result = metrics.listwise_result(scores, [list(r.gold_ranks) for r in records], seed=0).to_json()
-    return {"acc": result["acc"], "ndcg": result["ndcg"]}
 
 
 def _summarise(per_repeat: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for metric in per_repeat[0]:
-        if metric == "rm_bench":
-            out[metric] = [r[metric] for r in per_repeat]
+        if metric == "details":  # metric -> one entry per repeat, as computed
+            out[metric] = {name: [r[metric][name] for r in per_repeat] for name in per_repeat[0][metric]}
             continue
         values = [r[metric]["value"] for r in per_repeat]
         mean, std, lo, hi = metrics.avg_at_k(values)
@@ -100,10 +82,10 @@ def compute_results(records: Iterable[EvalRecord], rows: Mapping[str, str]) -> d
             # Records are in completion order, which differs between runs (concurrency, resume); sorting by item
             # makes the bootstrap intervals, which resample per-item values, independent of it.
             complete = {k: sorted(v, key=lambda r: r.item) for k, v in sorted(repeats.items()) if len(v) == size}
-            kind = next(iter(complete.values()))[0].kind
-            per_repeat = [(_pairwise if kind == "pairwise" else _listwise)(v) for v in complete.values()]
+            bench_obj = benchmark(bench)
+            per_repeat = [repeat_results(bench_obj, v) for v in complete.values()]
             cell = _summarise(per_repeat)
-            cell["kind"] = kind
+            cell["kind"] = bench_obj.kind
             cell["incomplete_repeats"] = sorted(set(repeats) - set(complete))
             cells[bench] = cell
         results[label] = {"evaluator": spec, "benchmarks": cells}

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
+from benchmarks.scoring import Metric, metric_of
 from harness.errors import ConfigError
 from harness.registry import lookup, register
 from reports.paper import TABLE1
+from reports.results import benchmark
 
 Preset = Literal["paper", "cpu"]
 
@@ -42,14 +44,20 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One printed column: a benchmark and one of its metrics."""
+    """One printed column: a benchmark and one of the metrics it declares (`Benchmark.metrics`)."""
 
     benchmark: str
-    metric: Literal["acc", "ndcg"]
+    """Registry name of the benchmark."""
+    metric: str
+    """Name of one of its metrics (`acc`, `ndcg`, ...)."""
 
     @property
     def key(self) -> str:
         return f"{self.benchmark}.{self.metric}"
+
+    def declared(self) -> Metric:
+        """The benchmark's declaration of this metric (how it scales, prints and compares)."""
+        return metric_of(benchmark(self.benchmark), self.metric)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +70,18 @@ class TableSpec:
     columns: tuple[Column, ...]
     paper: MappingProxyType
     """Paper row label -> column key -> value (accuracies in percent)."""
-    seeds: int = 5
-    """Repeats per item (AVG@k)."""
 
     @property
     def benchmarks(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c.benchmark for c in self.columns))
+
+    def header(self, col: Column) -> str:
+        """The paper's name for a column: the benchmark's display name, followed by the metric's where the
+        table shows several metrics of that benchmark (`AEOLLM Acc.`, `AEOLLM nDCG`; `RM-Bench`)."""
+        name = benchmark(col.benchmark).display
+        if sum(c.benchmark == col.benchmark for c in self.columns) > 1:
+            name += " " + col.declared().display
+        return name
 
 
 def _row(label: str, paper: str | None, spec: str, cpu: str, *, dynamic: bool = False) -> Row:

@@ -146,3 +146,53 @@ def test_hub_path(monkeypatch: pytest.MonkeyPatch):
     rows.append({**_record(9), "domain": "maths"})
     with pytest.raises(ConfigError, match=r"THU-KEG/RM-Bench\[train\] row 2: unknown domain 'maths'"):
         RM_BENCH.load()
+
+
+def _records(items, correct):
+    from harness.records import EvalRecord
+
+    return [
+        EvalRecord("e", "rm_bench", i.id, 0, 0, "pairwise",
+                   (1.0, 0.0) if correct(i) == (i.preferred == 0) else (0.0, 1.0),
+                   meta=dict(i.meta), preferred=i.preferred)
+        for i in items
+    ]
+
+
+def test_the_table_column_is_the_official_overall_and_the_pooled_accuracy_stays(items):
+    """An evaluator right on chat pairs only: officially 1/3 (chat, code, safety), pooled 1161 / 7182."""
+    from reports.render import render_markdown
+    from reports.results import compute_results
+    from reports.tables import get_table
+
+    results = compute_results(_records(items, lambda i: i.meta["domain_group"] == "chat"), {"row": "e"})
+    cell = results["row"]["benchmarks"]["rm_bench"]
+    assert cell["acc"]["value"] == pytest.approx(1 / 3)
+    assert cell["pooled_acc"]["value"] == pytest.approx(1161 / 7182)  # 16.2, what the column used to print
+    average = cell["details"]["acc"][0]["average"]
+    assert average["overall"] == pytest.approx(cell["acc"]["value"])
+    assert average["hard"] == average["normal"] == average["easy"] == pytest.approx(1 / 3)
+    spec = get_table("table1")
+    table = render_markdown(spec, {"Skywork-27B": results["row"]}, [])
+    header = table.splitlines()[2]
+    assert "| RM-Bench |" in header and "| LMSYS-Chat-1M nDCG |" in header and "rm_bench" not in header
+    assert "| **33.3** |" in table.splitlines()[4]
+
+
+def test_overall_equals_the_upstream_matrix_mean_on_uneven_correctness(items):
+    """Per-pair weights reproduce the mean over domains of 3x3 cell means (cells of unequal accuracy)."""
+    import numpy as np
+
+    from benchmarks import metrics
+    from benchmarks.rm_bench import OVERALL
+
+    def correct(i):  # depends on domain, cell and prompt: every cell gets its own accuracy
+        return (hash((i.meta["domain"], i.meta["chosen_style"], i.meta["rejected_style"], i.meta["record_id"])) % 3) > 0
+
+    records = _records(items, correct)
+    by_domain = {}
+    for r, i in zip(records, items):
+        by_domain.setdefault(i.meta["domain_group"], []).append(
+            (int(i.meta["chosen_style"]), int(i.meta["rejected_style"]), correct(i)))
+    official = np.mean([metrics.rm_bench_matrix(rows)["overall"] for rows in by_domain.values()])
+    assert OVERALL.result(records).value == pytest.approx(official, abs=1e-12)

@@ -163,7 +163,7 @@ def test_results_do_not_depend_on_record_order():
     from harness.records import EvalRecord
 
     recs = [
-        EvalRecord("e", "b", f"i{i}", 0, 0, "pairwise", (2.0 if random.Random(i).random() < 0.2 else 0.0, 1.0),
+        EvalRecord("e", "ultrafeedback", f"i{i}", 0, 0, "pairwise", (2.0 if random.Random(i).random() < 0.2 else 0.0, 1.0),
                    preferred=0)
         for i in range(60)
     ]

@@ -1,0 +1,158 @@
+"""What a benchmark declares about its metrics, and the common ones: every report, table and gate asks these.
+
+A benchmark lists its metrics in `metrics` (first = its headline). Each `Metric` says how one record contributes
+(`per_item`: a failed item contributes its worst value, never dropped), how items are weighted in the aggregate
+(`weights`: None is the plain mean), how it prints (`display`, `scale`, `digits`), which way is better, and whether
+the per-item values are 0/1 (a strict accuracy, so McNemar's test applies when two runs are compared). The
+aggregate is always the weighted mean of the per-item values, so a bootstrap over items (one run's interval, or the
+paired interval of two runs' difference) is the same computation for every benchmark.
+
+Adding a benchmark with a metric of its own: define the `Metric` in its module and list it in `metrics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from benchmarks import metrics
+from harness.records import EvalRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One metric of a benchmark (see the module docstring)."""
+
+    name: str
+    """Key in results.json, in table column keys (`BENCHMARK.NAME`) and in compare's cells: `acc`, `ndcg`, ..."""
+    display: str
+    """How a column header names it after the benchmark's display name (`Acc.`, `nDCG`)."""
+    description: str
+    """One sentence: what the value is."""
+    per_item: Callable[[EvalRecord], float]
+    """One record's contribution; an unscored record contributes the worst value (0)."""
+    tied: Callable[[EvalRecord], bool]
+    """Whether a record was lost to a tie (counted in `tie_rate`)."""
+    scale: float = 100.0
+    """Printed value = value x scale (100: a percentage; 1: as is)."""
+    digits: int = 1
+    """Decimals printed."""
+    higher_is_better: bool = True
+    binary: bool = True
+    """Per-item values are 0 or 1 (a strict accuracy): McNemar's exact test applies."""
+    weights: Callable[[Sequence[EvalRecord]], np.ndarray] | None = None
+    """Per-item weights of the aggregate, from the records of one run (None: every item counts the same)."""
+    details: Callable[[Sequence[EvalRecord]], dict[str, Any]] | None = field(default=None, compare=False)
+    """Extra numbers for results.json (RM-Bench's per-domain 3x3 matrices), from one repeat's records."""
+
+    def values(self, records: Sequence[EvalRecord]) -> np.ndarray:
+        return np.array([self.per_item(r) for r in records], dtype=float)
+
+    def item_weights(self, records: Sequence[EvalRecord]) -> np.ndarray | None:
+        return None if self.weights is None else np.asarray(self.weights(records), dtype=float)
+
+    def result(self, records: Sequence[EvalRecord], **ci: Any) -> metrics.MetricResult:
+        """The metric over one repeat's records: value, n, n_failed, tie rate and bootstrap interval."""
+        if not records:
+            raise ValueError(f"metric {self.name}: no records")
+        return metrics.metric_result(
+            self.name,
+            self.values(records),
+            n_failed=sum(r.n_unscored > 0 for r in records),
+            ties=sum(self.tied(r) for r in records),
+            weights=self.item_weights(records),
+            **ci,
+        )
+
+    def format(self, value: float | None) -> str:
+        """A value (unscaled) as a table prints it; None is a dash."""
+        return "-" if value is None else f"{value * self.scale:.{self.digits}f}"
+
+
+def _pair(r: EvalRecord) -> tuple[float, float] | None:
+    p = r.preferred
+    s = r.scores
+    if s[p] is None or s[1 - p] is None:  # type: ignore[index]
+        return None
+    return s[p], s[1 - p]  # type: ignore[index,return-value]
+
+
+def _list(r: EvalRecord) -> tuple[np.ndarray, np.ndarray] | None:
+    if r.n_unscored:
+        return None
+    return np.asarray(r.scores, dtype=float), np.asarray(r.gold_ranks, dtype=float)
+
+
+def pair_correct(r: EvalRecord) -> float:
+    """Strict: 1 iff score(preferred) > score(other); a tie or an unscored side is 0."""
+    pair = _pair(r)
+    return float(pair is not None and pair[0] > pair[1])
+
+
+def pair_tied(r: EvalRecord) -> bool:
+    pair = _pair(r)
+    return pair is not None and pair[0] == pair[1]
+
+
+def top1_correct(r: EvalRecord) -> float:
+    lst = _list(r)
+    return float(lst is not None and metrics.top1_correct(*lst))
+
+
+def top_tied(r: EvalRecord) -> bool:
+    lst = _list(r)
+    return lst is not None and int(np.count_nonzero(lst[0] == lst[0].max())) > 1
+
+
+def list_ndcg(r: EvalRecord) -> float:
+    lst = _list(r)
+    return 0.0 if lst is None else metrics.list_ndcg(*lst)
+
+
+PAIRWISE_ACC = Metric(
+    "acc",
+    "Acc.",
+    "strict pairwise accuracy: score(preferred) > score(other); ties and unscored pairs are wrong",
+    pair_correct,
+    pair_tied,
+)
+TOP1_ACC = Metric(
+    "acc",
+    "Acc.",
+    "strict top-1 accuracy: the gold-best response has the unique highest score",
+    top1_correct,
+    top_tied,
+)
+NDCG = Metric(
+    "ndcg",
+    "nDCG",
+    "nDCG over the full list: relevance K - rank, linear gain, log2 discount, tied scores averaged (scikit-learn)",
+    list_ndcg,
+    top_tied,
+    scale=1.0,
+    digits=3,
+    binary=False,
+)
+PAIRWISE = (PAIRWISE_ACC,)
+LISTWISE = (TOP1_ACC, NDCG)
+
+
+def headline(benchmark: Any) -> Metric:
+    """A benchmark's first declared metric."""
+    return benchmark.metrics[0]
+
+
+def metric_of(benchmark: Any, name: str) -> Metric:
+    """The benchmark's metric `name`.
+
+    Raises:
+        KeyError: naming the benchmark and the metrics it declares.
+    """
+    for m in benchmark.metrics:
+        if m.name == name:
+            return m
+    valid = ", ".join(m.name for m in benchmark.metrics)
+    raise KeyError(f"benchmark {benchmark.name!r} has no metric {name!r}; it declares: {valid}")
