@@ -24,6 +24,28 @@ def register_all() -> None:
         importlib.import_module(name)
 
 
+def held_fixed(spec: str) -> tuple[str, str | None, dict[str, str]]:
+    """What a comparison of two runs of one row may change, and what it must keep.
+
+    Returns:
+        (kind, subject, fixed): `subject` is the value of the setting under test (the evaluator module's
+        `SUBJECT`: the generator checkpoint of a rubric evaluator, the reward model of `scalar-rm`), `fixed`
+        every other setting with implicit values made explicit (the module's `explicit_settings`, e.g. a
+        rubric evaluator's verifier defaulting to its generator). Two runs compare only if their `fixed` agree.
+    """
+    import sys
+
+    from harness.registry import lookup
+    from judges.base import parse_evaluator_spec
+
+    register_all()
+    kind, settings = parse_evaluator_spec(spec)
+    module = sys.modules[lookup("evaluator", kind).__module__]
+    explicit = getattr(module, "explicit_settings", dict)(settings)
+    subject = getattr(module, "SUBJECT", None)
+    return kind, explicit.pop(subject, None) if subject else None, explicit
+
+
 def load_evaluator(spec: str, pool: BackendPool) -> Evaluator:
     """Build the evaluator a spec names (`KIND[:key=value,...]`, see `judges.base`)."""
     from harness.registry import lookup

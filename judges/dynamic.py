@@ -48,6 +48,18 @@ __all__ = [
     "static_generator_prompt",
 ]
 
+SUBJECT = "generator"
+"""The setting under test when two runs of a row are compared (`judges.held_fixed`)."""
+
+
+def explicit_settings(settings: dict[str, str]) -> dict[str, str]:
+    """The settings with the implicit verifier (the generator) written out."""
+    out = dict(settings)
+    if "generator" in out:
+        out.setdefault("verifier", out["generator"])
+    return out
+
+
 _DEFAULTS: dict[str, Any] = {
     "verifier": None,
     "mode": "per_item",

@@ -70,6 +70,8 @@ __all__ = [
 ]
 
 KIND = "pairwise-judge"
+SUBJECT = "model"
+"""The setting under test when two runs of a row are compared (`judges.held_fixed`)."""
 DEFAULTS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 512}
 """Settings and their defaults; `model` is required."""
 TEMPLATE = "pairwise_judge"

@@ -340,6 +340,11 @@ def _run_and_report(plan, out_dir: Path, *, options, config: dict, parallel: int
 def eval_(
     evaluator: Annotated[str, typer.Option("--evaluator", "-e", help="Evaluator spec (harness list evaluators).")],
     benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="Benchmark (harness list benchmarks).")],
+    label: Annotated[
+        Optional[str],
+        typer.Option("--label", help="Row label (default: the evaluator spec). `harness compare` matches rows by "
+                     "label: give a baseline and a candidate checkpoint the same one."),
+    ] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1)] = None,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Repeats per item (AVG@k).")] = 1,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir")] = None,
@@ -373,10 +378,10 @@ def eval_(
     options = _backend_options(base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
                                timeout=timeout, max_attempts=max_attempts, batch_size=batch_size, dtype=dtype,
                                enforce_eager=enforce_eager)
-    plan = RunPlan(rows={evaluator: evaluator}, benchmarks=(benchmark,), seeds=seeds, seed=seed, limit=limit,
-                   data_dir=data_dir)
+    plan = RunPlan(rows={label or evaluator: evaluator}, benchmarks=(benchmark,), seeds=seeds, seed=seed,
+                   limit=limit, data_dir=data_dir)
     tag = hashlib.sha256(evaluator.encode()).hexdigest()[:8]
-    config = {"evaluator": evaluator, "benchmark": benchmark, "limit": limit, "seeds": seeds,
+    config = {"evaluator": evaluator, "label": label, "benchmark": benchmark, "limit": limit, "seeds": seeds,
               "data_dir": str(data_dir) if data_dir else None, "seed": seed, "parallel": parallel}
     _run_and_report(plan, out or Path("runs") / f"eval-{benchmark}-{tag}", options=options, config=config,
                     parallel=parallel, command="eval", no_cache=no_cache, overwrite=overwrite, wait=wait,
@@ -440,21 +445,61 @@ def score(
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
-    """Re-render a run's results.json and tables from its records (no model calls; works on partial runs)."""
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    explain: Annotated[
+        Optional[tuple[str, str]],
+        typer.Option("--explain", metavar="ROW BENCHMARK", help="Print one cell's provenance instead."),
+    ] = None,
+) -> None:
+    """Re-render a run's results.json and tables from its records (no model calls; works on partial runs).
+
+    With --explain ROW BENCHMARK: where that cell comes from (run id, config hash, dataset fingerprint, models
+    with revisions or weight hashes, verifier or judge, seeds, n, n_failed) and the command that reproduces it.
+    """
     from reports.report import write_reports
 
+    if explain:
+        from reports.explain import explain_cell
+
+        typer.echo(explain_cell(run_dir, *explain))
+        return
     write_reports(run_dir)
     typer.echo((run_dir / "table.md").read_text())
 
 
 @app.command()
 def compare(
-    base_run: Annotated[Path, typer.Argument()],
-    cand_run: Annotated[Path, typer.Argument()],
+    base_run: Annotated[Path, typer.Argument(help="The baseline run directory.")],
+    cand_run: Annotated[Path, typer.Argument(help="The candidate run directory.")],
+    margin: Annotated[
+        Optional[float],
+        typer.Option("--margin", min=0, help="Points (0-100 scale) a change must clear; default 1."),
+    ] = None,
+    config: Annotated[
+        Optional[Path],
+        typer.Option("--config", help="YAML: margin, margins (per BENCHMARK or BENCHMARK.METRIC), n_resamples, "
+                     "alpha, seed."),
+    ] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="Where compare.md and compare.json go (default: CAND_RUN).")
+    ] = None,
 ) -> None:
-    """Compare two runs; exit 1 on a significant regression."""
-    _not_yet("compare")
+    """The regression gate: compare a candidate run with a baseline run of the same table, cell by cell.
+
+    Rows match by label, records by (benchmark, item, repeat). Per cell and declared metric: the difference with a
+    paired bootstrap interval over items, McNemar's exact test for strict accuracies, and a verdict (regression
+    when the whole interval is below -margin). Exit code 1 when any cell regresses, 2 when the runs are not
+    comparable (other items, data, verifier or settings: the message says which), else 0.
+    """
+    from reports.compare import compare_runs, load_config, render_markdown, write_comparison
+
+    result = compare_runs(base_run, cand_run, load_config(config, margin=margin))
+    write_comparison(result, out or cand_run)
+    typer.echo(render_markdown(result))
+    if result.differences:
+        typer.echo("runs are not comparable: " + "; ".join(result.differences), err=True)
+    raise typer.Exit(result.exit_code)
 
 
 @app.command()
