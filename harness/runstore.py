@@ -367,7 +367,7 @@ class OutputPaths:
     @classmethod
     def run_dir(cls, out: Path) -> OutputPaths:
         out = Path(out)
-        derived = ("results.json", "table.md", "table.tex", "table.csv")
+        derived = ("results.json", "table.md", "table.tex", "table.csv", "compare.md", "compare.json")
         return cls(str(out), out / "records.jsonl", out / "manifest.json", out / "lock", True, derived)
 
     def check_collisions(self) -> None:
