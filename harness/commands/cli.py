@@ -553,7 +553,7 @@ def list_tables() -> None:
 
 @list_app.command("benchmarks")
 def list_benchmarks() -> None:
-    """Registered benchmarks, their kind and source."""
+    """Registered benchmarks: kind, the paper's name, the metrics they declare (headline first), and source."""
     from benchmarks import register_all
     from harness.registry import lookup, names
 
@@ -561,7 +561,8 @@ def list_benchmarks() -> None:
     for name in names("benchmark"):
         bench = lookup("benchmark", name)
         doc = (type(bench).__doc__ or "").strip().splitlines()
-        typer.echo(f"{name:<18} {bench.kind:<9} {doc[0] if doc else ''}")
+        declared = ",".join(m.name for m in bench.metrics)
+        typer.echo(f"{name:<18} {bench.kind:<9} {bench.display:<20} {declared:<15} {doc[0] if doc else ''}")
 
 
 @list_app.command("evaluators")

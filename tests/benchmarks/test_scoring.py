@@ -1,0 +1,78 @@
+"""Benchmarks declare their metrics; a new benchmark with a metric of its own needs no change in reports/."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from benchmarks import register_all, scoring
+from harness.records import EvalRecord
+from harness.registry import lookup, names, register
+from harness.runstore import Manifest
+
+
+def test_every_benchmark_declares_its_metrics():
+    register_all()
+    for name in names("benchmark"):
+        bench = lookup("benchmark", name)
+        assert isinstance(bench.display, str) and bench.display
+        assert bench.metrics and all(isinstance(m, scoring.Metric) for m in bench.metrics), name
+        assert len({m.name for m in bench.metrics}) == len(bench.metrics), name
+        assert bench.metrics[0].name == "acc"  # the headline: Table 1's columns read `BENCHMARK.acc`
+    assert [m.name for m in lookup("benchmark", "nectar_lmsys").metrics] == ["acc", "ndcg"]
+    assert lookup("benchmark", "rm_bench").metrics[0].weights is not None
+
+
+class ToyErrors:
+    """A benchmark whose metric is an error rate (lower is better), declared in its own module only."""
+
+    name = "toy_errors"
+    display = "Toy"
+    kind = "pairwise"
+    metrics = (
+        replace(scoring.PAIRWISE_ACC, name="acc", display="Err.", description="share of pairs got wrong",
+                per_item=lambda r: 1.0 - scoring.pair_correct(r), higher_is_better=False),
+    )
+
+    def load(self, *, data_dir=None, limit=None, seed=0):  # pragma: no cover - records are written directly
+        return []
+
+
+if "toy_errors" not in names("benchmark"):
+    register("benchmark", "toy_errors")(ToyErrors())
+
+
+def _run(path: Path, spec: str, wrong: list[bool]) -> Path:
+    rows = {"row": spec}
+    settings = {"rows": rows, "benchmarks": ["toy_errors"], "seeds": 1, "seed": 0, "limit": None,
+                "data": {"toy_errors": "fp"}, "models": {}}
+    Manifest(path / "manifest.json").start(command="eval", settings=settings, config={}, extra={"rows": rows})
+    records = [EvalRecord(spec, "toy_errors", f"i{i}", 0, 0, "pairwise", (0.0, 1.0) if w else (1.0, 0.0),
+                          preferred=0) for i, w in enumerate(wrong)]
+    (path / "records.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in records))
+    return path
+
+
+def test_a_new_metric_flows_through_reports_tables_and_the_gate(tmp_path: Path):
+    from reports.compare import compare_runs
+    from reports.report import write_reports
+
+    rng = random.Random(0)
+    base_wrong = [rng.random() < 0.5 for _ in range(300)]
+    cand_wrong = [w and rng.random() < 0.4 for w in base_wrong]  # far fewer errors
+    base = _run(tmp_path / "base", "pairwise-judge:model=hf:a", base_wrong)
+    cand = _run(tmp_path / "cand", "pairwise-judge:model=hf:b", cand_wrong)
+    payload = write_reports(base)
+    cell = payload["results"]["row"]["benchmarks"]["toy_errors"]["acc"]
+    assert cell["value"] == pytest.approx(sum(base_wrong) / 300)
+    table = (base / "table.md").read_text()
+    assert "| Evaluator | Toy |" in table and f"{100 * sum(base_wrong) / 300:.1f}" in table
+    assert "- Toy: share of pairs got wrong" in table
+    (gate,) = compare_runs(base, cand).cells
+    assert gate.diff < 0 and gate.verdict == "improvement"  # fewer errors is better for this metric
+    (worse,) = compare_runs(cand, base).cells
+    assert worse.verdict == "regression"
