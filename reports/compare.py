@@ -10,8 +10,8 @@ Per cell (row, benchmark, metric):
 - the difference candidate - base with a paired percentile bootstrap interval over items (both runs resampled
   with the same items; 1,000 resamples, 95%, seed 0 by default);
 - for strict accuracies (per-item values 0/1) McNemar's exact test on the discordant (item, repeat) pairs,
-  pooled over repeats (repeats of one item are not independent, so read it as a second opinion; the verdict
-  comes from the interval);
+  pooled over repeats and unweighted (repeats of one item are not independent, and a weighted aggregate such
+  as RM-Bench's weighs items unequally, so read it as a second opinion; the verdict comes from the interval);
 - the verdict, in points on a 0-100 scale (1 point = 0.01 of an accuracy or of an nDCG): *regression* when the
   whole interval lies below -margin (above +margin for a lower-is-better metric), *improvement* when it lies
   beyond +margin the other way, else *no significant change*.
