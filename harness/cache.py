@@ -4,7 +4,8 @@ SQLite in WAL mode under the user cache dir, safe for several processes at once.
 canonical JSON of: the backend's identity (kind, model id, revision or weights hash, server), the operation, the full
 messages, the semantic sampling parameters and the sample index. Timeouts, concurrency and API keys never enter it.
 A failed call is never stored, so a rerun retries it. With greedy decoding the seed does not change the output and is
-left out of the key.
+left out of the key. A reward model's score (`score`) is keyed by the conversation, the head and `max_length`, and
+stored with the input's token counts.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from harness.backends.base import (
     GenerateRequest,
     LogprobRequest,
     LogprobResult,
+    ScoreHead,
+    ScoreRequest,
+    ScoreResult,
     TokenLogprob,
     Usage,
     chat_to_json,
@@ -235,6 +239,20 @@ def _loaded_logprobs(stored: dict[str, float | None]) -> dict[str, float]:
     return {c: (-math.inf if v is None else v) for c, v in stored.items()}
 
 
+def _score_payload(request: ScoreRequest) -> dict:
+    return {"messages": chat_to_json(request.messages), "head": request.head, "max_length": request.max_length}
+
+
+def _stored_score(result: ScoreResult) -> dict:
+    """What the cache keeps of a score: the value and the input's token counts (so a cached result's trace says
+    what a computed one says)."""
+    return {"score": result.score, "tokens": result.tokens, "kept": result.kept}
+
+
+def _loaded_score(stored: dict) -> ScoreResult:
+    return ScoreResult(float(stored["score"]), stored.get("tokens"), stored.get("kept"), cached=True)
+
+
 def _sample_value(completion: Completion, i: int) -> object:
     """What the cache stores for sample i: the text, or text plus token logprobs when they were asked for."""
     if completion.logprobs is None:
@@ -274,6 +292,9 @@ class CachedBackend:
 
     def identity(self) -> dict[str, str]:
         return self._identity
+
+    def check_score(self, head: ScoreHead) -> None:
+        self.backend.check_score(head)
 
     async def probe(self) -> None:
         """Probe the backend once (concurrent callers wait for, or re-raise, the same probe's outcome)."""
@@ -376,6 +397,35 @@ class CachedBackend:
                         else _stored_logprobs(result.logprobs)
                     )
                     to_store.append((keys[idx], label, stored))
+                results[idx] = result
+            self.cache.put_many(to_store)
+        return results  # type: ignore[return-value]
+
+    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        if self.cache is None:
+            await self.probe()
+            self.calls += len(requests)
+            return await self.backend.score(requests)
+        keys = [cache_key(self._identity, "score", _score_payload(r)) for r in requests]
+        found = self.cache.get_many(keys)
+        results: list[ScoreResult | None] = [None] * len(requests)
+        todo = []
+        for idx, key in enumerate(keys):
+            if key in found:
+                results[idx] = _loaded_score(found[key])  # type: ignore[arg-type]
+            else:
+                todo.append(idx)
+        self.hits += len(requests) - len(todo)
+        self.calls += len(todo)
+        self.cache.count(hits=len(requests) - len(todo), misses=len(todo))
+        if todo:
+            await self.probe()
+            fresh = await self.backend.score([requests[i] for i in todo])
+            label = _model_label(self._identity)
+            to_store = []
+            for idx, result in zip(todo, fresh):
+                if result.ok and result.score is not None and math.isfinite(result.score):
+                    to_store.append((keys[idx], label, _stored_score(result)))
                 results[idx] = result
             self.cache.put_many(to_store)
         return results  # type: ignore[return-value]

@@ -2,15 +2,22 @@
 
 Building a backend loads nothing: local models load, and servers are probed, on the first call the cache cannot
 answer (`harness.cache.CachedBackend`), so a run whose every call is cached starts no model at all.
+
+The pool's `BackendOptions` apply to every backend. An evaluator with load-time settings of its own (`scalar-rm`'s
+`dtype`, `device`, `batch_size`) asks for them as `overrides`: a spec with overrides that differ from the pool's
+options is a backend of its own (its own copy of the weights), keyed `SPEC[key=value,...]`; overrides equal to the
+pool's options are dropped, so such an evaluator shares the pool's backend of that spec.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from harness.backends.base import BackendOptions
 from harness.cache import CachedBackend, CallCache
+from harness.errors import ConfigError
 
 
 class BackendPool:
@@ -23,25 +30,29 @@ class BackendPool:
         self._closed_calls = 0
         self._closed_hits = 0
 
-    def get(self, spec: str) -> CachedBackend:
-        """The cached backend for `spec`, built on first use."""
-        if spec not in self._backends:
+    def get(self, spec: str, *, overrides: Mapping[str, Any] | None = None) -> CachedBackend:
+        """The cached backend for `spec` (with `overrides` of the pool's `BackendOptions` fields), built on first use.
+
+        Raises:
+            ConfigError: for an override that names no `BackendOptions` field.
+        """
+        fields = {f.name for f in dataclasses.fields(BackendOptions)}
+        unknown = sorted(set(overrides or {}) - fields)
+        if unknown:
+            raise ConfigError(f"unknown backend option(s) {', '.join(unknown)}; valid: {', '.join(sorted(fields))}")
+        changed = {k: v for k, v in sorted((overrides or {}).items()) if getattr(self.options, k) != v}
+        key = spec + (f"[{','.join(f'{k}={v}' for k, v in changed.items())}]" if changed else "")
+        if key not in self._backends:
             from harness.backends import load_backend
 
-            self._backends[spec] = CachedBackend(load_backend(spec, self.options), self.cache)
-        return self._backends[spec]
+            options = dataclasses.replace(self.options, **changed)
+            self._backends[key] = CachedBackend(load_backend(spec, options), self.cache)
+        return self._backends[key]
 
-    def identities(self, evaluators: Mapping[str, Any] | None = None) -> dict[str, dict[str, str]]:
-        """Model spec -> identity of every backend built so far (computed without loading any weights).
-
-        `evaluators` (spec -> evaluator) adds the identity of each evaluator that holds a model outside the pool
-        (one with an `identity()` method, such as `scalar-rm`), under its spec.
-        """
-        found = {spec: backend.identity() for spec, backend in self._backends.items()}
-        for spec, evaluator in (evaluators or {}).items():
-            if callable(getattr(evaluator, "identity", None)):
-                found[spec] = evaluator.identity()
-        return found
+    def identities(self) -> dict[str, dict[str, str]]:
+        """Model spec (with its overrides, see the module docstring) -> identity of every backend built so far
+        (computed without loading any weights)."""
+        return {spec: backend.identity() for spec, backend in self._backends.items()}
 
     @property
     def calls(self) -> int:

@@ -97,3 +97,57 @@ def build_tiny_lm(
     model.save_pretrained(str(path))
     tok.save_pretrained(str(path))
     return path
+
+
+RM_CORPUS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Is the answer Yes or No? Yes. No. Maybe.",
+    "Hello, world! How are you today? I am fine, thank you.",
+    "Other candidate responses for reference: [Candidate 1] [Candidate 2]",
+)
+
+
+def build_tiny_rm(
+    path: Path,
+    *,
+    chat_template: bool = True,
+    pad: bool = True,
+    causal: bool = False,
+    seed: int = 0,
+    head_dim: int | None = None,
+) -> Path:
+    """Save a tiny random Llama reward model (hidden 32, 2 layers, context 128) and its tokenizer into `path`.
+
+    A `LlamaForSequenceClassification` with `num_labels=1` (`pad=False`: its config has no `pad_token_id`), or,
+    with `causal`, a `LlamaForCausalLM` read by the `lm-token0` head. `head_dim` as in `build_tiny_lm`.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+
+    tok = tiny_tokenizer(
+        RM_CORPUS,
+        vocab_size=200,
+        specials=["<pad>", "<unk>", "<s>", "<|im_start|>", "<|im_end|>"],
+        bos="<s>",
+        chat_template=chat_template,
+    )
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id if pad else None,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        initializer_range=0.3,
+        **({"head_dim": head_dim} if head_dim else {}),
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config) if causal else LlamaForSequenceClassification(config)
+    model.save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path

@@ -26,6 +26,8 @@ from harness.backends.base import (
     LogprobResult,
     Message,
     SamplingParams,
+    ScoreRequest,
+    ScoreResult,
     Usage,
 )
 from harness.errors import ConfigError
@@ -40,6 +42,8 @@ __all__ = [
     "LogprobResult",
     "Message",
     "SamplingParams",
+    "ScoreRequest",
+    "ScoreResult",
     "Usage",
     "load_backend",
     "parse_spec",

@@ -192,12 +192,73 @@ class LogprobResult:
         return self.error is None
 
 
+ScoreHead = Literal["classifier", "lm-token0"]
+SCORE_HEADS: tuple[ScoreHead, ...] = ("classifier", "lm-token0")
+"""Where a reward model's score is read (see `ScoreRequest.head`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreRequest:
+    """A conversation for a reward model to score: one scalar for its last (assistant) turn.
+
+    The conversation is rendered with the tokenizer's chat template (`add_generation_prompt=False`: it ends with
+    the scored turn) and tokenized without adding special tokens (the template writes any BOS itself); a
+    tokenizer without a template gets `Role: content` turns separated by blank lines, tokenized with special
+    tokens (`User: {prompt}\\n\\nAssistant: {response}` for a prompt and a response).
+    """
+
+    messages: tuple[Message, ...]
+    """The conversation, ending in the assistant turn being scored."""
+    head: ScoreHead = "classifier"
+    """Where the score comes from. `classifier`: the logit of a sequence-classification checkpoint with
+    `num_labels=1` (Skywork-Reward and most open reward models), read where the model's own head reads it (the
+    last token that is not the pad token). `lm-token0`: a causal LM's next-token logit of token id 0 after the
+    whole conversation, the convention of `nvidia/Llama-3.1-Nemotron-70B-Reward-HF`."""
+    max_length: int = 8192
+    """Most tokens the model sees (clamped to its context): a longer input is cut from the left, keeping a leading
+    BOS, so the end of the scored turn, where the score is read, always survives."""
+
+    def __post_init__(self) -> None:
+        if self.head not in SCORE_HEADS:
+            raise ValueError(f"unknown score head {self.head!r}; valid: {', '.join(SCORE_HEADS)}")
+        if self.max_length < 2:
+            raise ValueError(f"max_length must be >= 2, got {self.max_length}")
+        if not self.messages or self.messages[-1].role != "assistant":
+            raise ValueError("a ScoreRequest's conversation must end with the assistant turn it scores")
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreResult:
+    """A reward model's score of one `ScoreRequest`, with the input's token counts."""
+
+    score: float | None
+    """The raw logit (computed in float32 from the model's output), uncalibrated: only differences between scores
+    of one model mean anything. None when `error` is set; a non-finite logit is a failure, never a score."""
+    tokens: int | None = None
+    """Tokens of the rendered conversation before any cut (None when it could not be rendered)."""
+    kept: int | None = None
+    """Tokens the model saw: `tokens`, or fewer when the input was cut (see `ScoreRequest.max_length`)."""
+    error: Failure | None = None
+    """Why the request failed, or None."""
+    cached: bool = False
+    """True when served from the call cache."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the input was cut to fit."""
+        return self.tokens is not None and self.kept is not None and self.kept < self.tokens
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What every model backend implements.
 
     Call sites use exactly these members: `kind`, `model`, `identity()`, `generate(...)`,
-    `next_token_logprobs(...)`, `probe()` and `close()`.
+    `next_token_logprobs(...)`, `score(...)`, `check_score(...)`, `probe()` and `close()`.
     """
 
     kind: str
@@ -220,6 +281,19 @@ class Backend(Protocol):
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
     ) -> list[LogprobResult]:
         """Log-probabilities of each candidate's first token at the next position, aligned with `requests`."""
+        ...
+
+    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        """A reward model's scalar for the last turn of each conversation, aligned with `requests`."""
+        ...
+
+    def check_score(self, head: ScoreHead) -> None:
+        """Refuse, before anything loads, a model that cannot `score` with `head` (an unfit checkpoint, a backend
+        without reward scoring); what cannot be known without loading is checked on the first `score` call.
+
+        Raises:
+            ConfigError: saying why.
+        """
         ...
 
     async def probe(self) -> None:
@@ -259,9 +333,10 @@ class BackendOptions:
     checkpoint's own dtype for `vllm` (bf16 for most, on CPU too): pass `float32` where agreement with `hf` on the
     CPU matters."""
     device: str = "auto"
-    """Torch device for `hf` (`auto` picks CUDA when present)."""
+    """Torch device for `hf` (`auto` picks CUDA when present, and spreads a model over the GPUs when several are
+    visible; `cuda:N` pins one)."""
     batch_size: int = 8
-    """Sequences per forward pass for `hf`."""
+    """Sequences per forward pass for `hf` (generation, logprobs and reward-model scores)."""
     tensor_parallel_size: int = 1
     """vLLM tensor parallelism."""
     data_parallel_size: int = 1

@@ -1,11 +1,14 @@
-"""The `hf` backend: a transformers causal LM in this process, on CPU or one GPU, batched.
+"""The `hf` backend: a transformers model in this process, on CPU or GPU, batched.
 
 `hf:NAME` where NAME is a hub id (`Qwen/Qwen3-8B`, optionally `Qwen/Qwen3-8B@<revision>`), a local checkpoint
 directory, or a `.gguf` file (converted once into a plain checkpoint by
 `harness.backends.models.convert_gguf`). torch and transformers are imported inside functions, so importing
 this module stays cheap.
 
-How it behaves, and where it deviates from a plain `model.generate` call:
+The checkpoint's config decides what loads: a causal LM, or a reward model (`*ForSequenceClassification`) that
+only scores (`score`, see `harness.backends.hf_reward`). Placement: `harness.backends.local.device_map`.
+
+How generation behaves, and where it deviates from a plain `model.generate` call:
 - Prompts are rendered with the tokenizer's chat template (`add_generation_prompt=True`). A tokenizer without
   a template (a base model such as gemma3-270m) gets a plain-text rendering instead: `Role: content` turns
   separated by blank lines, ending in `Assistant:`; generation then also stops at `"\\nUser:"` so a base model
@@ -46,7 +49,6 @@ import inspect
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from harness.backends.base import (
@@ -56,20 +58,29 @@ from harness.backends.base import (
     LogprobRequest,
     LogprobResult,
     Message,
+    ScoreHead,
+    ScoreRequest,
+    ScoreResult,
     TokenLogprob,
     Usage,
     sample_seed,
 )
+from harness.backends.hf_rows import Output, Row, RowMinTokens, RowSampler, RowStopper
 from harness.backends.local import (
     PLAIN_STOPS,
     answer_span,
     backend_failure,
-    check_dtype,
     candidate_token_ids,
+    check_dtype,
+    check_score_head,
+    check_source_head,
+    device_map,
     encode_chat,
     encode_contexts,
     has_chat_template,
+    is_sequence_classifier,
     locate_model,
+    not_generative,
     pick_device,
     pick_dtype,
     prompt_ids,
@@ -88,7 +99,7 @@ T = TypeVar("T")
 
 @register("backend", "hf")
 class HFBackend:
-    """A transformers causal LM in this process: CPU or one GPU, batched; hub ids, local folders, .gguf files.
+    """A transformers model in this process: CPU or GPU, batched; hub ids, local folders, .gguf files.
 
     Implements the `Backend` protocol as the module docstring describes.
 
@@ -118,8 +129,10 @@ class HFBackend:
         self._identity = dict(self._source.identity)
         if self.options.dtype != "auto":  # outputs depend on it; `auto` keeps the identities cached before it
             self._identity["dtype"] = self.options.dtype
-        self._lm: Any = None
+        self._lm: Any = None  # a causal LM, or a sequence classifier when `_classifier`
         self._tok: Any = None
+        self._classifier = False
+        self._config: dict[str, Any] = {}
         self._closed = False
         self.loads = 0
         """How many times weights were loaded (0 until the first request the cache could not answer)."""
@@ -128,6 +141,7 @@ class HFBackend:
         self._merged_generate = CallMerger(
             lambda merged: asyncio.to_thread(self._locked, self._generate_sync, merged)
         )
+        self._merged_score = CallMerger(lambda merged: asyncio.to_thread(self._locked, self._score_sync, merged))
 
     # --------------------------------------------------------------------------------------------------------
     # Loading
@@ -163,7 +177,13 @@ class HFBackend:
     def _load(self) -> None:
         try:
             import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+            from transformers import (
+                AutoConfig,
+                AutoModelForCausalLM,
+                AutoModelForSequenceClassification,
+                AutoTokenizer,
+                GenerationConfig,
+            )
         except ImportError as exc:
             raise BackendUnavailableError(
                 f"hf backend needs torch and transformers ({exc.name} missing): "
@@ -173,16 +193,29 @@ class HFBackend:
         self.device = pick_device(self.options.device)
         self.dtype = pick_dtype(self.options.dtype, self.device)
         kwargs: dict[str, Any] = {"revision": src.revision} if src.revision else {}
+        placement = device_map(self.options.device, self.device)
+        extra = {"device_map": placement} if placement else {}
         try:
+            config = AutoConfig.from_pretrained(src.path, **kwargs)
+            self._config = {**config.to_dict(), "num_labels": config.num_labels}
+            self._classifier = is_sequence_classifier(self._config)
             tok = AutoTokenizer.from_pretrained(src.path, **kwargs)
-            extra = {"device_map": self.device} if self.device != "cpu" else {}
-            lm = AutoModelForCausalLM.from_pretrained(src.path, dtype=self.dtype, **kwargs, **extra)
+            auto = AutoModelForSequenceClassification if self._classifier else AutoModelForCausalLM
+            lm = auto.from_pretrained(src.path, dtype=self.dtype, **kwargs, **extra)
         except OSError as exc:  # hub id unknown, gated, or not cached while offline
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelNotFoundError(f"cannot load hf model {self.model!r}: {first}") from exc
-        if self.device == "cpu":
-            lm = lm.to("cpu")
+        if placement is None:
+            lm = lm.to(self.device)
         lm.eval()
+        text_config = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
+        self.context_length: int | None = getattr(text_config, "max_position_embeddings", None)
+        self._torch = torch
+        if self._classifier:  # a reward model: its head's pad id (None: one sequence per batch), no generation
+            self._pad_id = getattr(text_config, "pad_token_id", None)  # type: ignore[assignment]
+            self._lm, self._tok = lm, tok
+            self.loads += 1
+            return
         tok.padding_side = "left"
         old = lm.generation_config
         eos = old.eos_token_id
@@ -198,9 +231,6 @@ class HFBackend:
         lm.generation_config = GenerationConfig(
             bos_token_id=old.bos_token_id, eos_token_id=self._eos_ids or None, pad_token_id=self._pad_id
         )
-        text_config = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
-        self.context_length: int | None = getattr(text_config, "max_position_embeddings", None)
-        self._torch = torch
         # The KV-cache argument of `forward`: `cache` since transformers 5, `past_key_values` before.
         forward_args = inspect.signature(lm.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
@@ -258,6 +288,19 @@ class HFBackend:
             return []
         return await asyncio.to_thread(self._locked, self._logprobs_sync, list(requests), list(candidates))
 
+    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        """Reward-model scores (see `harness.backends.hf_reward`), aligned with `requests`; concurrent calls are
+        merged into shared batches, as for `generate`.
+
+        Raises:
+            ConfigError: a head the checkpoint does not fit (`check_score`).
+        """
+        return await self._merged_score(requests)
+
+    def check_score(self, head: ScoreHead) -> None:
+        """Refuse a checkpoint that does not fit `head`, from its config.json (`check_source_head`)."""
+        check_source_head(self._source, head, model=f"hf model {self.model!r}")
+
     # --------------------------------------------------------------------------------------------------------
     # Internals
 
@@ -276,20 +319,29 @@ class HFBackend:
         return prompt_ids(self.tokenizer, messages, prefix, self.context_length)
 
     def _pad(self, prompts: list[list[int]]):
-        torch = self._torch
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for j, p in enumerate(prompts):
-            ids[j, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[j, width - len(p) :] = 1
-        device = self._lm.device
-        return ids.to(device), mask.to(device)
+        from harness.backends.hf_reward import pad_rows
+
+        return pad_rows(self._torch, prompts, self._pad_id, left=True, device=self._lm.device)
+
+    def _require_causal_lm(self) -> None:
+        if self._classifier:
+            raise not_generative(f"hf model {self.model!r}", self._config)
+
+    def _score_sync(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        from harness.backends.hf_reward import score_batches
+
+        for head in sorted({r.head for r in requests}):
+            check_score_head(self._config, head, model=f"hf model {self.model!r}")
+        return score_batches(
+            requests, self._lm, self._tok, self._torch, classifier=self._classifier, pad_id=self._pad_id,
+            context_length=self.context_length, batch_size=self.options.batch_size,
+        )
 
     def _generate_sync(self, requests: list[GenerateRequest]) -> list[Completion]:
+        self._require_causal_lm()
         failures: dict[int, Failure] = {}
         prompt_tokens: dict[int, int] = {}
-        rows: list[_Row] = []
+        rows: list[Row] = []
         extra_stops = () if self.chat_template else PLAIN_STOPS
         for i, req in enumerate(requests):
             ids, failure = self._prompt(req.messages, req.assistant_prefix)
@@ -305,11 +357,11 @@ class HFBackend:
                 seed = sample_seed(p.seed, s)
                 stops = tuple(p.stop) + extra_stops
                 rows.append(
-                    _Row(i, s, ids, max_new, p.temperature, p.top_p, seed, stops, p.logprobs, p.min_tokens)
+                    Row(i, s, ids, max_new, p.temperature, p.top_p, seed, stops, p.logprobs, p.min_tokens)
                 )
         # Rows asking for logprobs batch together, so other batches need not keep their logits.
         rows.sort(key=lambda r: (r.logprobs > 0, -len(r.ids)))
-        outputs: dict[tuple[int, int], _Output] = {}
+        outputs: dict[tuple[int, int], Output] = {}
         size = self.options.batch_size
         for start in range(0, len(rows), size):
             batch = rows[start : start + size]
@@ -337,18 +389,18 @@ class HFBackend:
             )
         return completions
 
-    def _generate_batch(self, batch: list[_Row]) -> list[_Output]:
+    def _generate_batch(self, batch: list[Row]) -> list[Output]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         torch = self._torch
         ids, mask = self._pad([r.ids for r in batch])
         width = ids.shape[1]
-        stopper = _RowStopper(width, batch, self._tok)
+        stopper = RowStopper(width, batch, self._tok)
         processors = LogitsProcessorList()
         if any(r.min_new for r in batch) and self._eos_ids:
-            processors.append(_RowMinTokens(width, batch, self._eos_ids))
+            processors.append(RowMinTokens(width, batch, self._eos_ids))
         if any(r.temperature > 0 for r in batch):
-            processors.append(_RowSampler(batch))
+            processors.append(RowSampler(batch))
         # The raw logits (before any processor), not the processed scores: logprobs of the model itself.
         want_logits = any(r.logprobs for r in batch)
         extra = {"output_logits": True, "return_dict_in_generate": True} if want_logits else {}
@@ -357,7 +409,7 @@ class HFBackend:
                 input_ids=ids,
                 attention_mask=mask,
                 max_new_tokens=max(r.max_new for r in batch),
-                do_sample=False,  # greedy argmax; sampled rows are sampled by _RowSampler
+                do_sample=False,  # greedy argmax; sampled rows are sampled by RowSampler
                 logits_processor=processors,
                 stopping_criteria=StoppingCriteriaList([stopper]),
                 **extra,
@@ -373,7 +425,7 @@ class HFBackend:
             logprobs = None
             if r.logprobs:
                 logprobs = self._token_logprobs(out.logits, j, gen, r.logprobs, start, start + len(text))
-            results.append(_Output(text, n_tokens, logprobs))
+            results.append(Output(text, n_tokens, logprobs))
         return results
 
     def _token_logprobs(
@@ -403,6 +455,7 @@ class HFBackend:
         return self._candidate_cache[candidate]
 
     def _logprobs_sync(self, requests: list[LogprobRequest], candidates: list[str]) -> list[LogprobResult]:
+        self._require_causal_lm()
         cand_ids = {c: self._candidate_ids(c) for c in candidates}
         results: list[LogprobResult | None] = [None] * len(requests)
         single: list[tuple[int, list[int]]] = []
@@ -496,116 +549,5 @@ def _pick(row: Any, cand_ids: dict[str, list[int]]) -> dict[str, float]:
     return {c: (float(row[t].max()) if t else float("-inf")) for c, t in cand_ids.items()}
 
 
-@dataclass(frozen=True, slots=True)
-class _Row:
-    """One sequence to generate: sample `sample` of request `req`."""
-
-    req: int
-    sample: int
-    ids: list[int]
-    max_new: int
-    temperature: float
-    top_p: float
-    seed: int | None
-    stops: tuple[str, ...]
-    logprobs: int = 0
-    min_new: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Output:
-    """What one row produced."""
-
-    text: str
-    n_tokens: int
-    logprobs: tuple[TokenLogprob, ...] | None
-
-
 def _forward_failure(exc: Exception) -> Failure:
     return backend_failure(f"forward pass failed: {type(exc).__name__}: {exc}")
-
-
-class _RowStopper:
-    """Per-row stopping: each row's own `max_new` and stop strings (a `transformers.StoppingCriteria`)."""
-
-    def __init__(self, width: int, rows: Sequence[_Row], tokenizer: Any) -> None:
-        self.width = width
-        self.max_new = [r.max_new for r in rows]
-        self.stops = [tuple(s for s in r.stops if s) for r in rows]
-        # Enough recent tokens to contain any stop string that ends at the newest token.
-        self.window = [max((len(s) for s in stops), default=0) + 8 for stops in self.stops]
-        self.stopped_at: list[int | None] = [None] * len(rows)
-        self.tokenizer = tokenizer
-
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
-
-        n = input_ids.shape[1] - self.width
-        done = []
-        for j in range(input_ids.shape[0]):
-            hit = self.stopped_at[j] is not None or n >= self.max_new[j]
-            if not hit and self.stops[j]:
-                tail = input_ids[j, self.width + max(0, n - self.window[j]) :].tolist()
-                text = self.tokenizer.decode(tail, skip_special_tokens=True)
-                hit = any(s in text for s in self.stops[j])
-            if hit and self.stopped_at[j] is None:
-                self.stopped_at[j] = n
-            done.append(hit)
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
-
-
-class _RowMinTokens:
-    """Per-row `min_tokens`: end-of-sequence ids are banned until a row has that many new tokens."""
-
-    def __init__(self, width: int, rows: Sequence[_Row], eos_ids: Sequence[int]) -> None:
-        self.width = width
-        self.min_new = [r.min_new for r in rows]
-        self.eos_ids = list(eos_ids)
-
-    def __call__(self, input_ids, scores):
-        n = input_ids.shape[1] - self.width
-        rows = [j for j, m in enumerate(self.min_new) if n < m]
-        if rows:
-            scores = scores.clone()  # generate keeps the tensor it passed in as the step's raw logits
-            for j in rows:
-                scores[j, self.eos_ids] = float("-inf")
-        return scores
-
-
-class _RowSampler:
-    """Per-row temperature / top-p sampling with per-row generators (a `transformers.LogitsProcessor`).
-
-    Runs last, under greedy decoding: for each sampled row it draws a token from its own generator and leaves
-    only that token finite, so the argmax picks it. Greedy rows pass through untouched.
-    """
-
-    def __init__(self, rows: Sequence[_Row]) -> None:
-        self.rows = list(rows)
-        self.generators: list[Any] = []
-
-    def __call__(self, input_ids, scores):
-        import torch
-
-        if not self.generators:
-            for r in self.rows:
-                gen = torch.Generator(device=scores.device)
-                if r.seed is None:
-                    gen.seed()
-                else:
-                    gen.manual_seed(r.seed)
-                self.generators.append(gen)
-        scores = scores.clone()  # generate keeps the tensor it passed in as the step's raw logits
-        for j, r in enumerate(self.rows):
-            if r.temperature <= 0:
-                continue
-            probs = torch.softmax(scores[j].float() / r.temperature, dim=-1)
-            if r.top_p < 1.0:
-                sorted_probs, order = torch.sort(probs, descending=True)
-                # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
-                drop = (sorted_probs.cumsum(-1) - sorted_probs) >= r.top_p
-                sorted_probs[drop] = 0.0
-                probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
-            token = torch.multinomial(probs, 1, generator=self.generators[j])
-            scores[j] = float("-inf")
-            scores[j, token] = 0.0
-        return scores

@@ -7,20 +7,25 @@
 - Reading an answer: `answer_span` turns a row of generated ids into the answer's text the same way for both, and
   `token_pieces` / `tokens_within` / `top_texts` shape per-token logprobs.
 - Candidates of a logprob request: `candidate_token_ids`.
-- Devices and dtypes: `pick_device`, `pick_dtype`.
+- Reward models (`Backend.score`): `check_score_head` refuses a checkpoint that does not fit a head, from its
+  config.json; `score_ids` renders and cuts a conversation (`encode_scored`, `truncate_left`); `score_result`
+  turns a logit into a result.
+- Devices and dtypes: `pick_device`, `pick_dtype`, `device_map`.
 
 torch, transformers and huggingface_hub are imported inside functions.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.backends.base import LogprobRequest, Message, chat_to_json
+from harness.backends.base import LogprobRequest, Message, ScoreRequest, ScoreResult, chat_to_json
 from harness.errors import ConfigError, Failure, FailureCategory, ModelNotFoundError
 
 PLAIN_STOPS = ("\nUser:",)
@@ -204,6 +209,23 @@ def pick_dtype(dtype: str, device: str):
     return torch.float32
 
 
+def device_map(option: str, device: str) -> str | None:
+    """The `device_map` a model loads with (`option`: the `device` option; `device`: `pick_device`'s answer).
+
+    None off CUDA (the model is then moved to `device`); for `device=auto` on a machine with several visible GPUs,
+    `sequential` (accelerate fills the first GPU, then the next: a model that fits on one GPU stays on it, with no
+    hops between devices, and a larger one, such as a 70B reward model, spans as many as it needs); else the
+    device itself (`cuda`, `cuda:N`: one GPU).
+    """
+    import torch
+
+    if not device.startswith("cuda"):
+        return None
+    if option == "auto" and torch.cuda.device_count() > 1:
+        return "sequential"
+    return device
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSource:
     """Where to load from and what identifies the weights."""
@@ -340,3 +362,135 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> str:
             if k != -1:
                 cut = min(cut, k)
     return text[:cut]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Reward models
+
+CLASSIFIER_SUFFIX = "ForSequenceClassification"
+CAUSAL_SUFFIX = "ForCausalLM"
+
+
+def is_sequence_classifier(config: dict) -> bool:
+    """Whether a checkpoint's config (its config.json as a dict) names a sequence-classification architecture."""
+    return any(str(a).endswith(CLASSIFIER_SUFFIX) for a in config.get("architectures") or [])
+
+
+def check_score_head(config: dict, head: str, *, model: str) -> None:
+    """Refuse a checkpoint that does not fit `head` (see `ScoreRequest.head`), from its config alone.
+
+    A classifier head needs a `*ForSequenceClassification` checkpoint with one label: transformers would
+    otherwise attach a randomly initialised head and return noise. `lm-token0` needs a `*ForCausalLM` one (a
+    config naming no architecture passes).
+
+    Args:
+        config: The checkpoint's config.json as a dict.
+        head: `classifier` or `lm-token0`.
+        model: How messages name the model (`hf model '/ckpt'`).
+
+    Raises:
+        ConfigError: naming the checkpoint's architectures and what the head needs.
+    """
+    archs = [str(a) for a in config.get("architectures") or []]
+    if head == "classifier":
+        if not is_sequence_classifier(config):
+            what = f"a {'/'.join(archs)} checkpoint" if archs else "a checkpoint whose config names no architecture"
+            raise ConfigError(
+                f"{model} is {what}, not a *{CLASSIFIER_SUFFIX} one as head=classifier needs "
+                "(a causal-LM reward model such as Nemotron-70B-Reward-HF needs head=lm-token0)"
+            )
+        labels = config.get("num_labels") or len(config.get("id2label") or {}) or 1
+        if labels != 1:
+            raise ConfigError(f"{model} has num_labels={labels}; a scalar reward model needs 1")
+    elif archs and not any(a.endswith(CAUSAL_SUFFIX) for a in archs):
+        raise ConfigError(
+            f"{model} is a {'/'.join(archs)} checkpoint, not a *{CAUSAL_SUFFIX} one as head={head} needs"
+        )
+
+
+def check_source_head(source: ModelSource, head: str, *, model: str) -> None:
+    """`check_score_head` on a located model's config.json, loading nothing; a hub checkpoint whose config is not
+    in the local cache passes (the backend checks it when the model loads)."""
+    config = read_model_config(source.path, source.revision)
+    if config is not None:
+        check_score_head(config, head, model=model)
+
+
+def not_generative(model: str, config: dict) -> ConfigError:
+    """The error of asking a sequence classifier (a reward model) to generate or give next-token logprobs."""
+    archs = "/".join(str(a) for a in config.get("architectures") or [])
+    return ConfigError(
+        f"{model} is a {archs} checkpoint: a reward model scores conversations (`scalar-rm`) but cannot generate "
+        "text or next-token logprobs"
+    )
+
+
+def read_model_config(path: str, revision: str | None) -> dict | None:
+    """A checkpoint's config.json (a local folder's, or a hub id's from the local cache), or None when it cannot be
+    read without downloading."""
+    local = Path(path) / "config.json"
+    if local.is_file():
+        target = local
+    else:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(path, "config.json", revision=revision)
+        except Exception:  # an invalid repo id, say: loading names the problem
+            return None
+        if not isinstance(found, str):
+            return None
+        target = Path(found)
+    try:
+        return json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def render_turns(messages: Sequence[Message]) -> str:
+    """A whole conversation as plain text for tokenizers without a chat template: `Role: content` turns separated
+    by blank lines (`User: {prompt}\\n\\nAssistant: {response}`)."""
+    return "\n\n".join(f"{m.role.capitalize()}: {m.content}" for m in messages)
+
+
+def encode_scored(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
+    """Token ids of a conversation ending in the turn to score (see `ScoreRequest`).
+
+    With a chat template: `apply_chat_template(..., add_generation_prompt=False)`, tokenized without special
+    tokens. Without one: `render_turns`, tokenized with special tokens.
+    """
+    if has_chat_template(tokenizer):
+        text = tokenizer.apply_chat_template(
+            chat_to_json(messages), tokenize=False, add_generation_prompt=False
+        )
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(tokenizer.encode(render_turns(messages), add_special_tokens=True))
+
+
+def truncate_left(ids: list[int], max_length: int, bos_id: int | None) -> list[int]:
+    """The last `max_length` tokens of `ids`, keeping a leading BOS in front when `ids` starts with one."""
+    if len(ids) <= max_length:
+        return ids
+    if bos_id is not None and ids and ids[0] == bos_id and max_length > 1:
+        return [ids[0], *ids[len(ids) - max_length + 1 :]]
+    return ids[len(ids) - max_length :]
+
+
+def score_ids(
+    tokenizer: Any, request: ScoreRequest, context_length: int | None
+) -> tuple[list[int], int] | Failure:
+    """The ids a reward model sees for `request` (cut to `max_length`, clamped to `context_length`) and the
+    rendered conversation's length before the cut; or the failure of a conversation that cannot be rendered."""
+    try:
+        ids = encode_scored(tokenizer, request.messages)
+    except Exception as exc:  # e.g. a template that rejects the conversation
+        return backend_failure(f"cannot render the conversation: {type(exc).__name__}: {exc}")
+    limit = min(request.max_length, context_length) if context_length else request.max_length
+    return truncate_left(ids, limit, tokenizer.bos_token_id), len(ids)
+
+
+def score_result(value: float, tokens: int, kept: int) -> ScoreResult:
+    """The result of a logit: the score, or a failure for a non-finite one."""
+    if not math.isfinite(value):
+        return ScoreResult(None, tokens, kept, error=backend_failure(f"the reward model returned {value}"))
+    return ScoreResult(value, tokens, kept)

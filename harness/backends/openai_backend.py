@@ -19,6 +19,7 @@ instead, so that every request ends as a completion or a categorised `Failure`, 
 - `options.timeout` bounds each attempt as a whole (connect, send, wait, read).
 - A request's `assistant_prefix` is sent as a trailing assistant message (servers that continue it treat it
   as a prefill; others answer in a new turn). `min_tokens` is not sent: it is not part of the OpenAI API.
+- `score` (a reward model's scalar) is refused with a `ConfigError`: a chat server has no reward-model endpoint.
 
 Requests go through the SDK's generic `client.post(path, body=..., cast_to=<httpx Response>)`, its documented
 way to make raw calls, and the few fields used are parsed and checked here. The typed `create()` transforms
@@ -54,6 +55,9 @@ from harness.backends.base import (
     LogprobRequest,
     LogprobResult,
     Message,
+    ScoreHead,
+    ScoreRequest,
+    ScoreResult,
     TokenLogprob,
     Usage,
     chat_to_json,
@@ -167,6 +171,22 @@ class OpenAIBackend:
         one HTTP request (the server's prefix cache, where it has one, shares their common start).
         """
         return list(await asyncio.gather(*(self._logprobs_one(r, candidates) for r in requests)))
+
+    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        """Not available on a chat server (see `check_score`).
+
+        Raises:
+            ConfigError: always.
+        """
+        self.check_score(requests[0].head if requests else "classifier")
+        return []
+
+    def check_score(self, head: ScoreHead) -> None:
+        """Raises ConfigError: an OpenAI-compatible chat server has no reward-model endpoint."""
+        raise ConfigError(
+            f"openai:{self.model} cannot score with a reward model (head={head}): an OpenAI-compatible chat "
+            "server has no reward-model endpoint; load the reward model with hf: or vllm:"
+        )
 
     async def probe(self) -> None:
         """One quick `GET /models` (one attempt, at most 10 s).

@@ -33,6 +33,15 @@ Deviations from a plain `LLM.chat(...)` call, all to make `vllm:` and `hf:` mean
   when it is outside the top k; that extra is left out), and tokens wholly outside the answer (the
   end-of-sequence token, tokens after a stop string) are dropped.
 - The identity carries `dtype` and `top_logprobs`: both change what the engine returns.
+- Reward models (`score`): a `*ForSequenceClassification` checkpoint starts vLLM's pooling runner (vLLM picks it
+  from the architecture) and is scored with `LLM.classify(..., PoolingParams(use_activation=False))`, the raw
+  logit; conversations are rendered and cut as in `hf` (`harness.backends.local.score_ids`) and sent as token
+  prompts, unpadded, so the logit is read at the last token (`hf`'s head reads the last token that is not the pad
+  token: they differ only for a conversation ending in the pad id). Such an engine cannot generate
+  (`ConfigError`). `head=lm-token0` is refused (`ConfigError`): the generation engine returns log-probabilities
+  normalised over the vocabulary (vLLM's raw logits need an engine started with `logprobs_mode="raw_logits"`,
+  which would give wrong values to `next_token_logprobs`), so the raw logit of token 0 cannot be read; score such
+  models with `hf:`.
 """
 
 from __future__ import annotations
@@ -51,11 +60,24 @@ from harness.backends.base import (
     GenerateRequest,
     LogprobRequest,
     LogprobResult,
+    ScoreHead,
+    ScoreRequest,
+    ScoreResult,
     TokenLogprob,
     Usage,
     sample_seed,
 )
-from harness.backends.local import backend_failure, check_dtype, prompt_ids
+from harness.backends.local import (
+    backend_failure,
+    check_dtype,
+    check_score_head,
+    check_source_head,
+    not_generative,
+    prompt_ids,
+    read_model_config,
+    score_ids,
+    score_result,
+)
 from harness.backends.merge import CallMerger
 from harness.errors import BackendUnavailableError, ConfigError, Failure
 from harness.registry import register
@@ -65,6 +87,10 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = (
     'vllm backend needs vLLM: pip install "dynamicrubric-harness[vllm]" on a CUDA machine, or vLLM\'s CPU build '
     "in its own environment (make install-vllm; README, \"vLLM on the CPU\")"
+)
+LM_TOKEN0_UNSUPPORTED = (
+    "cannot score head=lm-token0: vLLM's generation engine returns log-probabilities normalised over the "
+    "vocabulary, not the raw logit of token 0 this head reads; score this reward model with hf: instead"
 )
 MIN_MAX_LOGPROBS = 20
 """The engine allows at least this many logprobs per token (vLLM's own default)."""
@@ -118,6 +144,10 @@ class VLLMBackend:
         self._token_texts: dict[int, str] = {}
         self._merged_generate = CallMerger(self._generate_now)
         self._merged_logprobs = CallMerger(self._logprobs_now)
+        self._merged_score = CallMerger(self._score_now)
+        self._pooling = False
+        """Whether the engine runs vLLM's pooling runner (a sequence classifier: it scores, it cannot generate)."""
+        self._config: dict[str, Any] = {}
         self.loads = 0
         """How many times the engine was started (0 until the first request the cache could not answer)."""
         self.engine_calls: list[int] = []
@@ -174,6 +204,8 @@ class VLLMBackend:
         log.info("starting the vLLM engine for %s on %s (dtype %s)", self.model, device, opts.dtype)
         llm = vllm.LLM(**kwargs)
         self._vllm = vllm
+        self._pooling = getattr(llm.llm_engine.model_config, "runner_type", "generate") == "pooling"
+        self._config = read_model_config(src.path, src.revision) or {}
         self._tok = llm.get_tokenizer()
         self._eos_ids = _eos_ids(llm, self._tok)
         self._llm = llm
@@ -251,6 +283,7 @@ class VLLMBackend:
         Concurrent calls are merged into one engine call (`CallMerger`), so the engine batches them.
         """
         await self.probe()
+        self._require_generative()
         return await self._merged_generate(requests)
 
     async def _generate_now(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
@@ -360,6 +393,7 @@ class VLLMBackend:
         every request (branches included) of every call pending at once goes to the engine in one `generate`
         call; prefix caching computes what branches share once."""
         await self.probe()
+        self._require_generative()
         cands = tuple(candidates)
         return await self._merged_logprobs([(r, cands) for r in requests])
 
@@ -409,6 +443,74 @@ class VLLMBackend:
             else:
                 results[i] = LogprobResult(found[0], usage=usage)
         return results  # type: ignore[return-value]
+
+
+    # --------------------------------------------------------------------------------------------------------
+    # Reward models
+
+    def _require_generative(self) -> None:
+        if self._pooling:
+            raise not_generative(f"vllm model {self.model!r}", self._config)
+
+    def check_score(self, head: ScoreHead) -> None:
+        """Refuse `head=lm-token0` (see the module docstring) and a checkpoint that does not fit `head`, from its
+        config.json (loads nothing)."""
+        name = f"vllm model {self.model!r}"
+        check_source_head(self._source, head, model=name)
+        if head == "lm-token0":
+            raise ConfigError(f"{name} {LM_TOKEN0_UNSUPPORTED}")
+
+    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        """Raw logits of a sequence classifier on the pooling runner, aligned with `requests`; concurrent calls
+        are merged into one `LLM.classify` call.
+
+        Raises:
+            ConfigError: a head this backend cannot score (`check_score`), or a causal LM's engine.
+        """
+        await self.probe()
+        return await self._merged_score(requests)
+
+    async def _score_now(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        name = f"vllm model {self.model!r}"
+        for head in sorted({r.head for r in requests}):
+            check_score_head(self._config, head, model=name)
+            if head == "lm-token0":
+                raise ConfigError(f"{name} {LM_TOKEN0_UNSUPPORTED}")
+            if not self._pooling:
+                raise ConfigError(f"{name} did not start vLLM's pooling runner, so it has no classifier head")
+        results: list[ScoreResult | None] = [None] * len(requests)
+        rows: list[tuple[int, list[int], int]] = []
+        for i, request in enumerate(requests):
+            got = score_ids(self._tok, request, self.context_length)
+            if isinstance(got, Failure):
+                results[i] = ScoreResult(None, error=got)
+            else:
+                rows.append((i, *got))
+        if rows:
+            try:
+                outs = await asyncio.to_thread(self._classify, [ids for _, ids, _ in rows])
+            except BackendUnavailableError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the engine's error fails these requests, not the run
+                failure = backend_failure(f"forward pass failed: {type(exc).__name__}: {exc}")
+                outs = [None] * len(rows)
+            for (i, ids, tokens), out in zip(rows, outs, strict=True):
+                if out is None:
+                    results[i] = ScoreResult(None, tokens, len(ids), error=failure)
+                else:
+                    results[i] = score_result(float(out.outputs.probs[0]), tokens, len(ids))
+        return results  # type: ignore[return-value]
+
+    def _classify(self, prompts: list[list[int]]) -> list[Any]:
+        with self._lock:
+            if self._llm is None:
+                raise BackendUnavailableError(f"vllm backend for {self.model!r} is closed")
+            self.engine_calls.append(len(prompts))
+            return self._llm.classify(
+                [{"prompt_token_ids": p} for p in prompts],
+                pooling_params=self._vllm.PoolingParams(use_activation=False),
+                use_tqdm=False,
+            )
 
 
 def _eos_ids(llm: Any, tokenizer: Any) -> list[int]:

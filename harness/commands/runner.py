@@ -113,7 +113,7 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
 
 def settings(plan: RunPlan, ready: Prepared, pool: Any) -> dict[str, Any]:
     """What the run directory is bound to."""
-    models = pool.identities(ready.evaluators)
+    models = pool.identities()
     return {
         "table": plan.table,
         "rows": plan.rows,

@@ -81,7 +81,7 @@ async def run_score(
             hit counts go into the summary).
         runtime: Runtime knobs to record in the manifest.
     """
-    models = pool.identities({evaluator.spec: evaluator}) if pool is not None else {}
+    models = pool.identities() if pool is not None else {}
     settings = {"evaluator": evaluator.spec, "models": models, "input": sets_fingerprint(sets), "seed": seed}
     return await write_output(
         OutputPaths.file(out),

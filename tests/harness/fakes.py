@@ -1,4 +1,4 @@
-"""A scripted in-process backend for unit tests: deterministic text from the request, call counting."""
+"""A scripted in-process backend for unit tests: deterministic text (and scores) from the request, call counting."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from harness.backends.base import (
     GenerateRequest,
     LogprobRequest,
     LogprobResult,
+    ScoreRequest,
+    ScoreResult,
     Usage,
     sample_seed,
 )
@@ -19,7 +21,8 @@ from harness.errors import Failure, FailureCategory
 class ScriptedBackend:
     """Answers `echo:<last user message>#<sample seed>`; fails requests whose text contains `fail_marker`.
 
-    Next-token logprobs are a hash of each context's last message (one dict per branch for a branched request).
+    Next-token logprobs are a hash of each context's last message (one dict per branch for a branched request);
+    a score is the length of the scored turn, with its word count as the token count.
     """
 
     kind = "scripted"
@@ -29,6 +32,7 @@ class ScriptedBackend:
         self.fail_marker = fail_marker
         self.requests: list[GenerateRequest] = []
         self.logprob_requests: list[LogprobRequest] = []
+        self.score_requests: list[ScoreRequest] = []
 
     def identity(self) -> dict[str, str]:
         return {"kind": self.kind, "model": self.model}
@@ -62,4 +66,19 @@ class ScriptedBackend:
                 digest = hashlib.sha256(context[-1].content.encode()).digest()
                 found.append({c: -float(digest[i % 32]) / 10 for i, c in enumerate(candidates)})
             out.append(LogprobResult({}, branches=tuple(found)) if r.branches else LogprobResult(found[0]))
+        return out
+
+    def check_score(self, head: str) -> None:
+        return None
+
+    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        out = []
+        for r in requests:
+            self.score_requests.append(r)
+            text = r.messages[-1].content
+            if self.fail_marker in text:
+                out.append(ScoreResult(None, error=Failure(FailureCategory.BACKEND, "scripted failure")))
+                continue
+            words = len(text.split())
+            out.append(ScoreResult(float(len(text)), words, min(words, r.max_length)))
         return out

@@ -5,7 +5,14 @@ from pathlib import Path
 
 from fakes import ScriptedBackend
 
-from harness.backends.base import GenerateRequest, LogprobRequest, SamplingParams, user_chat
+from harness.backends.base import (
+    GenerateRequest,
+    LogprobRequest,
+    Message,
+    SamplingParams,
+    ScoreRequest,
+    user_chat,
+)
 from harness.cache import CachedBackend, CallCache, _generate_payload, cache_key
 
 
@@ -184,3 +191,36 @@ def test_token_logprobs_round_trip_and_are_part_of_the_key(tmp_path: Path):
     [plain] = asyncio.run(CachedBackend(backend, cache).generate([_req("q")]))
     assert plain.texts == ("plain",) and plain.logprobs is None and not plain.cached
     assert len(backend.requests) == 2
+
+
+def _scored(prompt: str, response: str, **fields) -> ScoreRequest:
+    return ScoreRequest((Message("user", prompt), Message("assistant", response)), **fields)
+
+
+def test_scores_are_cached_with_their_token_counts_and_failures_are_not(tmp_path: Path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    backend = ScriptedBackend()
+    requests = [_scored("q", "one two three", max_length=2), _scored("q", "a FAIL"), _scored("q", "yes")]
+    first = asyncio.run(CachedBackend(backend, cache).score(requests))
+    assert [r.score for r in first] == [13.0, None, 3.0] and first[0].truncated and not first[0].cached
+    again = CachedBackend(backend, cache)
+    second = asyncio.run(again.score(requests))
+    assert (again.calls, again.hits) == (1, 2) and len(backend.score_requests) == 4  # only the failure again
+    assert [(r.score, r.tokens, r.kept, r.cached) for r in second[::2]] == [(13.0, 3, 2, True), (3.0, 1, 1, True)]
+    assert second[1].error is not None and cache.stats().entries == 2
+
+
+def test_the_score_key_covers_head_conversation_and_max_length(tmp_path: Path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    backend = ScriptedBackend()
+    cached = CachedBackend(backend, cache)
+    variants = [
+        _scored("q", "yes"),
+        _scored("q", "yes", head="lm-token0"),
+        _scored("q", "yes", max_length=64),
+        _scored("other q", "yes"),
+    ]
+    for request in variants:
+        asyncio.run(cached.score([request]))
+        asyncio.run(cached.score([request]))
+    assert len(backend.score_requests) == 4 and cached.hits == 4

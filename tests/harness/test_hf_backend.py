@@ -19,7 +19,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from tiny_models import build_tiny_lm  # noqa: E402
+from tiny_models import build_tiny_lm, build_tiny_rm  # noqa: E402
 
 from harness.backends import load_backend  # noqa: E402
 from harness.backends.base import (  # noqa: E402
@@ -488,6 +488,7 @@ def test_vllm_backend_without_vllm_names_the_extra() -> None:
 def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
     import dataclasses
     import importlib.machinery
+    import json
     import types
 
     from transformers import AutoTokenizer
@@ -516,14 +517,24 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
             self.kwargs = kwargs
             self.calls: list = []
             vocab = len(self.get_tokenizer())
+            archs = json.loads((Path(kwargs["model"]) / "config.json").read_text())["architectures"]
             config = types.SimpleNamespace(
-                max_model_len=64, get_vocab_size=lambda: vocab, try_get_generation_config=lambda: {}
+                max_model_len=64,
+                get_vocab_size=lambda: vocab,
+                try_get_generation_config=lambda: {},
+                # vLLM's `runner="auto"` picks its pooling runner for a sequence classifier
+                runner_type="pooling" if archs[0].endswith("ForSequenceClassification") else "generate",
             )
             self.llm_engine = types.SimpleNamespace(model_config=config)
             FakeLLM.instances.append(self)
 
         def get_tokenizer(self):
-            return AutoTokenizer.from_pretrained(str(tiny_dir))
+            return AutoTokenizer.from_pretrained(self.kwargs["model"])
+
+        def classify(self, prompts, pooling_params, use_tqdm):
+            self.calls.append((prompts, pooling_params))
+            probs = [[len(p["prompt_token_ids"]) / 10] for p in prompts]
+            return [types.SimpleNamespace(outputs=types.SimpleNamespace(probs=p)) for p in probs]
 
         def generate(self, prompts, sampling_params, use_tqdm):
             self.calls.append((prompts, sampling_params))
@@ -546,6 +557,7 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
     module.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
     module.__version__ = "0.0-fake"
     module.LLM, module.SamplingParams, module.EngineArgs = FakeLLM, FakeSamplingParams, EngineArgs
+    module.PoolingParams = lambda **kwargs: types.SimpleNamespace(**kwargs)
     platforms = types.ModuleType("vllm.platforms")
     platforms.current_platform = types.SimpleNamespace(device_type="cuda")
     module.platforms = platforms
@@ -697,6 +709,36 @@ def test_vllm_backend_checks_its_options(fake_vllm, tiny_dir: Path) -> None:
     assert fake_vllm.instances[-1].kwargs["dtype"] == "float32"
     assert fake_vllm.instances[-1].kwargs["enforce_eager"] is True
     assert b.identity()["dtype"] == "float32" != load_backend(f"vllm:{tiny_dir}").identity()["dtype"]
+
+
+def test_vllm_backend_scores_a_classifier_on_the_pooling_runner(fake_vllm, tiny_dir: Path, tmp_path: Path) -> None:
+    from harness.backends.base import Message, ScoreRequest
+    from harness.backends.local import encode_scored
+
+    rm = build_tiny_rm(tmp_path / "rm")
+    b = load_backend(f"vllm:{rm}")
+    b.check_score("classifier")
+    with pytest.raises(ConfigError, match=r"not a \*ForCausalLM one as head=lm-token0 needs"):
+        b.check_score("lm-token0")
+    chats = [(Message("user", "Hi"), Message("assistant", text)) for text in ("Yes.", "one two three " * 30)]
+    short, long = asyncio.run(b.score([ScoreRequest(c, max_length=40) for c in chats]))
+    engine = fake_vllm.instances[-1]
+    prompts, params = engine.calls[-1]  # one classify call, raw logits asked for
+    assert params.use_activation is False and len(prompts) == 2
+    assert prompts[0]["prompt_token_ids"] == encode_scored(b._tok, chats[0])
+    assert short.ok and short.score == len(prompts[0]["prompt_token_ids"]) / 10 and not short.truncated
+    assert long.truncated and long.kept == len(prompts[1]["prompt_token_ids"]) == 40  # max_length, under 64
+    with pytest.raises(ConfigError, match="is a LlamaForSequenceClassification checkpoint: a reward model"):
+        asyncio.run(b.generate([req("Hello")]))
+    with pytest.raises(ConfigError, match="head=lm-token0"):
+        asyncio.run(b.score([ScoreRequest(chats[0], "lm-token0")]))
+    causal = load_backend(f"vllm:{tiny_dir}")
+    with pytest.raises(ConfigError, match=r"not a \*ForSequenceClassification one as head=classifier"):
+        causal.check_score("classifier")
+    with pytest.raises(ConfigError, match="head=lm-token0: vLLM's generation engine returns log-probabilities.*hf:"):
+        causal.check_score("lm-token0")  # refused before any engine starts
+    assert causal.loads == 0
+    asyncio.run(b.close())
 
 
 def test_vllm_backend_merges_concurrent_calls_into_one_engine_call(fake_vllm, tiny_dir: Path) -> None:

@@ -21,13 +21,15 @@ import pytest
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU build otherwise claims most of the RAM
 
-from tiny_models import build_tiny_lm  # noqa: E402
+from tiny_models import build_tiny_lm, build_tiny_rm  # noqa: E402
 
 from harness.backends.base import (  # noqa: E402
     BackendOptions,
     GenerateRequest,
     LogprobRequest,
+    Message,
     SamplingParams,
+    ScoreRequest,
     user_chat,
 )
 
@@ -183,3 +185,29 @@ def test_a_fully_cached_rerun_builds_no_engine(tiny_dir: Path, tmp_path: Path) -
         for name in ("a.jsonl", "b.jsonl")
     ]
     assert texts[0] == texts[1] and len(texts[0]) == 4
+
+
+def test_a_reward_model_on_the_pooling_runner_scores_as_hf_does(tmp_path: Path) -> None:
+    """A tiny sequence classifier on its own engine (vLLM picks the pooling runner): raw logits, cuts and token
+    counts equal to the `hf` backend's, in float32."""
+    from harness.backends.hf import HFBackend
+    from harness.backends.vllm_backend import VLLMBackend
+    from harness.errors import ConfigError
+
+    rm = build_tiny_rm(tmp_path / "rm", head_dim=32)
+    chats = [("Is the answer Yes or No?", "Yes."), ("Hello, world!", "The quick brown fox jumps. " * 20)]
+    requests = [ScoreRequest((Message("user", u), Message("assistant", a))) for u, a in chats]
+    ours = VLLMBackend(str(rm), BackendOptions(dtype="float32", enforce_eager=True, gpu_memory_utilization=0.3))
+    theirs = HFBackend(str(rm), BackendOptions(dtype="float32"))
+    try:
+        a, b = run(ours.score(requests)), run(theirs.score(requests))
+        with pytest.raises(ConfigError, match="a reward model scores conversations"):
+            run(ours.generate([req("Hello")]))
+    finally:
+        run(ours.close())
+        run(theirs.close())
+    assert ours.engine_calls == [2]
+    for x, y in zip(a, b):
+        assert x.ok and y.ok and math.isclose(x.score, y.score, abs_tol=1e-4), (x, y)
+        assert (x.tokens, x.kept) == (y.tokens, y.kept)
+    assert a[1].truncated and a[1].kept == 128

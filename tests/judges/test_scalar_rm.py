@@ -1,8 +1,8 @@
-"""The `scalar-rm` evaluator on tiny random reward models built in the test.
+"""The `scalar-rm` evaluator on tiny random reward models built in the test, through the `hf` backend.
 
-The models (hidden 32, 2 layers, a ~200-token BPE vocabulary trained here) are random, so their scores mean
-nothing; the tests check the mechanics against a direct forward pass: rendering, batching, the "w/ responses"
-input, truncation, the call cache, the lm-token0 head, sharing, failures and errors.
+The models (`tiny_models.build_tiny_rm`: hidden 32, 2 layers, a ~200-token BPE vocabulary trained here) are
+random, so their scores mean nothing; the tests check the mechanics against a direct forward pass: rendering,
+batching, the "w/ responses" input, truncation, the call cache, the lm-token0 head, sharing, failures and errors.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tiny_models import tiny_tokenizer
+from tiny_models import build_tiny_rm
 
 from harness.cache import CallCache
 from harness.errors import ConfigError, FailureCategory, ModelNotFoundError
@@ -30,12 +30,6 @@ from judges.base import parse_evaluator_spec
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Is the answer Yes or No? Yes. No. Maybe.",
-    "Hello, world! How are you today? I am fine, thank you.",
-    "Other candidate responses for reference: [Candidate 1] [Candidate 2]",
-]
 PROMPT = "Is the answer Yes or No?"
 RESPONSES = [
     "Yes.",
@@ -44,44 +38,9 @@ RESPONSES = [
 ]
 
 
-def build_rm(
-    path: Path, *, chat_template: bool = True, pad: bool = True, causal: bool = False, seed: int = 0
-) -> Path:
-    """Save a tiny random Llama reward model (sequence classifier, or a causal LM) and its tokenizer."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
-
-    tok = tiny_tokenizer(
-        CORPUS,
-        vocab_size=200,
-        specials=["<pad>", "<unk>", "<s>", "<|im_start|>", "<|im_end|>"],
-        bos="<s>",
-        chat_template=chat_template,
-    )
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        num_labels=1,
-        pad_token_id=tok.pad_token_id if pad else None,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        initializer_range=0.3,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config) if causal else LlamaForSequenceClassification(config)
-    model.save_pretrained(str(path))
-    tok.save_pretrained(str(path))
-    return path
-
-
 @pytest.fixture(scope="module")
 def rm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_rm(tmp_path_factory.mktemp("rm") / "model")
+    return build_tiny_rm(tmp_path_factory.mktemp("rm") / "model")
 
 
 def load_evaluator(spec: str, pool: BackendPool):
@@ -123,12 +82,18 @@ def direct_score(
 def score(
     spec: str, prompt: str = PROMPT, responses=RESPONSES, *, seed: int = 0, cache: CallCache | None = None
 ):
+    """Build the evaluator on a fresh pool, score one set, close both; returns (evaluator, SetScores)."""
+
     async def go():
-        evaluator = load_evaluator(spec, BackendPool(cache=cache))
+        pool = BackendPool(cache=cache)
         try:
-            return evaluator, await evaluator.score_set(prompt, responses, seed=seed)
+            evaluator = load_evaluator(spec, pool)
+            try:
+                return evaluator, await evaluator.score_set(prompt, responses, seed=seed)
+            finally:
+                await evaluator.close()
         finally:
-            await evaluator.close()
+            await pool.close()
 
     return asyncio.run(go())
 
@@ -174,13 +139,14 @@ def test_with_responses_shows_the_other_candidates(rm_dir: Path) -> None:
     assert again.scores == seen.scores and again.trace.order == order
 
     async def orders_for_seeds():
-        evaluator = load_evaluator(f"scalar-rm:model={rm_dir},with_responses=true", BackendPool())
+        pool = BackendPool()
+        evaluator = load_evaluator(f"scalar-rm:model={rm_dir},with_responses=true", pool)
         try:
             return {
                 tuple((await evaluator.score_set(PROMPT, RESPONSES, seed=s)).trace.order) for s in range(8)
             }
         finally:
-            await evaluator.close()
+            await pool.close()
 
     orders = asyncio.run(orders_for_seeds())
     assert len(orders) > 1  # the seed shuffles the others' order
@@ -214,61 +180,68 @@ def test_call_cache_serves_repeats_and_keys_on_the_input(rm_dir: Path, tmp_path:
     assert cache.stats().entries == 6
 
 
-def test_a_fully_cached_set_loads_no_model(rm_dir: Path, tmp_path: Path) -> None:
-    cache = CallCache(tmp_path / "c.sqlite")
-    spec = f"scalar-rm:model={rm_dir}"
-    _, first = score(spec, cache=cache)
+def test_a_rerun_through_a_fresh_pool_is_all_cache_hits_and_loads_no_model(rm_dir: Path, tmp_path: Path) -> None:
+    spec = f"scalar-rm:model={rm_dir},with_responses=true"
+    path = tmp_path / "c.sqlite"
 
-    async def go():
-        evaluator = load_evaluator(spec, BackendPool(cache=cache))
+    async def run_once(cache: CallCache):
+        pool = BackendPool(cache=cache)
         try:
-            result = await evaluator.score_set(PROMPT, RESPONSES, seed=0)
-            assert evaluator._rm is None  # every score came from the cache: the weights never loaded
-            return result
+            evaluator = load_evaluator(spec, pool)
+            result = await evaluator.score_set(PROMPT, RESPONSES, seed=3)
+            return result, pool.calls, pool.hits, evaluator.backend.backend.loads
         finally:
-            await evaluator.close()
+            await pool.close()
 
-    again = asyncio.run(go())
-    assert again.scores == first.scores and again.trace.calls == 0
+    first, calls, hits, loads = asyncio.run(run_once(CallCache(path)))
+    assert (calls, hits, loads) == (3, 0, 1) and first.trace.calls == 3
+    cache = CallCache(path)  # a new process would open the same file
+    again, calls, hits, loads = asyncio.run(run_once(cache))
+    assert (calls, hits, loads) == (0, 3, 0)  # every score from the cache: the weights never loaded
+    assert again.scores == first.scores and again.trace.calls == 0 and again.trace.raw == first.trace.raw
+    stats = cache.stats()
+    assert (stats.hits, stats.misses, stats.entries) == (3, 3, 3)
+    assert stats.by_model == {f"hf:{rm_dir}": 3}
 
 
 def test_forward_failure_is_recorded_not_scored(rm_dir: Path, tmp_path: Path, monkeypatch) -> None:
-    import judges.scalar_rm as mod
+    from harness.backends import hf_reward
 
-    real = mod._forward
+    real = hf_reward.classifier_logits
     calls = []
 
-    def flaky(rm, rows):
+    def flaky(torch, model, rows, pad_id):
         calls.append(rows)
         if len(calls) == 1:  # the longest input goes first
             raise RuntimeError("CUDA out of memory")
-        return real(rm, rows)
+        return real(torch, model, rows, pad_id)
 
-    monkeypatch.setattr(mod, "_forward", flaky)
+    monkeypatch.setattr(hf_reward, "classifier_logits", flaky)
     cache = CallCache(tmp_path / "c.sqlite")
     _, result = score(f"scalar-rm:model={rm_dir},batch_size=1", cache=cache)
     assert result.n_unscored == 1 and len(calls) == 3
     (failure,) = result.trace.failures
     assert result.scores[failure.response] is None and failure.stage == "score"
     assert failure.failure.category is FailureCategory.BACKEND and "out of memory" in failure.failure.message
+    assert result.trace.raw["input_tokens"][failure.response] > 0  # rendered, then failed in the forward pass
     assert cache.stats().entries == 2  # the failure was not cached
 
 
 def test_plain_text_fallback_without_chat_template(tmp_path: Path) -> None:
-    path = build_rm(tmp_path / "plain", chat_template=False)
+    path = build_tiny_rm(tmp_path / "plain", chat_template=False)
     _, result = score(f"scalar-rm:model={path}")
     expected = [direct_score(path, PROMPT, r, template=False) for r in RESPONSES]
     assert result.scores == pytest.approx(expected, abs=1e-5)
 
 
 def test_classifier_without_pad_token_runs_unbatched(tmp_path: Path) -> None:
-    path = build_rm(tmp_path / "nopad", pad=False)
+    path = build_tiny_rm(tmp_path / "nopad", pad=False)
     _, result = score(f"scalar-rm:model={path},batch_size=8")
     assert result.scores == pytest.approx([direct_score(path, PROMPT, r) for r in RESPONSES], abs=1e-5)
 
 
 def test_lm_token0_head_and_head_mismatch(tmp_path: Path) -> None:
-    path = build_rm(tmp_path / "causal", causal=True)
+    path = build_tiny_rm(tmp_path / "causal", causal=True)
     with pytest.raises(ConfigError, match=r"not a \*ForSequenceClassification.*head=lm-token0"):
         score(f"scalar-rm:model={path}")
     _, result = score(f"scalar-rm:model={path},head=lm-token0,batch_size=3")
@@ -276,22 +249,40 @@ def test_lm_token0_head_and_head_mismatch(tmp_path: Path) -> None:
     assert result.scores == pytest.approx(expected, abs=1e-5)
 
 
-def test_evaluators_of_one_model_share_it(rm_dir: Path) -> None:
-    import judges.scalar_rm as mod
-
+def test_evaluators_of_one_model_share_its_backend(rm_dir: Path) -> None:
     async def go():
         pool = BackendPool()
         a = load_evaluator(f"scalar-rm:model={rm_dir},dtype=float32", pool)
         b = load_evaluator(f"scalar-rm:model=hf:{rm_dir},dtype=float32,with_responses=true", pool)
-        assert a._rm is None and b._rm is None  # nothing loads until a score is not in the cache
-        assert a._held() is b._held() and a._rm.users == 2
-        loaded = a._rm
+        backend = a.backend.backend
+        assert b.backend is a.backend and backend.loads == 0  # nothing loads until a score is not cached
+        await a.score_set(PROMPT, RESPONSES, seed=0)
+        await b.score_set(PROMPT, RESPONSES, seed=0)
+        assert backend.loads == 1 and pool.calls == 6
+        own = load_evaluator(f"scalar-rm:model={rm_dir},dtype=bfloat16", pool)
+        assert own.backend is not a.backend  # its own dtype: its own backend
+        assert set(pool.identities()) == {f"hf:{rm_dir}[dtype=float32]", f"hf:{rm_dir}[dtype=bfloat16]"}
         await a.close()
-        assert loaded.model is not None and loaded.users == 1
         await b.close()
-        assert loaded.model is None and a._key not in mod._LOADED
+        assert backend._lm is not None  # evaluators do not own the model; the pool does
+        await pool.close()
+        assert backend._lm is None
 
     asyncio.run(go())
+
+
+def test_settings_map_onto_the_pools_backend_options(rm_dir: Path) -> None:
+    from harness.backends.base import BackendOptions
+
+    pool = BackendPool(options=BackendOptions(dtype="float32", batch_size=4))
+    same = load_evaluator(f"scalar-rm:model={rm_dir},dtype=float32,batch_size=4", pool)
+    plain = load_evaluator(f"scalar-rm:model={rm_dir}", pool)
+    assert same.backend is plain.backend is pool.get(f"hf:{rm_dir}")  # equal to the pool's options: shared
+    assert plain.backend.backend.options.batch_size == 4 and plain.backend.identity()["dtype"] == "float32"
+    small = load_evaluator(f"scalar-rm:model={rm_dir},batch_size=1,device=cpu", pool)
+    assert small.backend is pool.get(f"hf:{rm_dir}", overrides={"batch_size": 1, "device": "cpu"})
+    assert small.backend.backend.options.batch_size == 1 and small.backend.backend.options.dtype == "float32"
+    assert small.spec == plain.spec  # batch size and device do not name the evaluator
 
 
 def test_spec_is_canonical(rm_dir: Path) -> None:
@@ -322,8 +313,20 @@ def test_bad_settings(rm_dir: Path, tmp_path: Path, settings: str, error: type, 
     assert "\n" not in str(info.value)
 
 
+def test_an_openai_compatible_server_has_no_reward_model_endpoint() -> None:
+    from harness.backends.base import BackendOptions, Message, ScoreRequest
+
+    pool = BackendPool(options=BackendOptions(base_url="http://127.0.0.1:1/v1"))
+    with pytest.raises(ConfigError, match="scalar-rm: openai:gpt-4.1 cannot score.*no reward-model endpoint"):
+        load_evaluator("scalar-rm:model=openai:gpt-4.1", pool)
+    chat = (Message("user", "Hi"), Message("assistant", "Hello"))
+    with pytest.raises(ConfigError, match="no reward-model endpoint"):
+        asyncio.run(pool.get("openai:gpt-4.1").backend.score([ScoreRequest(chat)]))
+    asyncio.run(pool.close())
+
+
 def test_truncate_left_keeps_a_leading_bos() -> None:
-    from judges.scalar_rm import truncate_left
+    from harness.backends.local import truncate_left
 
     assert truncate_left([9, 1, 2, 3, 4], 3, bos_id=9) == [9, 3, 4]
     assert truncate_left([1, 2, 3, 4], 3, bos_id=9) == [2, 3, 4]
@@ -333,7 +336,9 @@ def test_truncate_left_keeps_a_leading_bos() -> None:
 def test_bfloat16_scores_are_close_and_named_in_the_identity(rm_dir: Path) -> None:
     evaluator, half = score(f"scalar-rm:model={rm_dir},dtype=bfloat16")
     _, full = score(f"scalar-rm:model={rm_dir},dtype=float32")
-    assert evaluator.identity()["dtype"] == "bfloat16" and "weights" in evaluator.identity()
+    identity = evaluator.backend.identity()
+    assert identity["dtype"] == "bfloat16" and "weights" in identity and identity["kind"] == "hf"
+    assert evaluator.spec == f"scalar-rm:dtype=bfloat16,model={rm_dir}"
     assert half.scores == pytest.approx(full.scores, abs=0.1)
 
 
@@ -345,10 +350,12 @@ def test_alias_resolves_to_the_embedded_model_and_keeps_its_name() -> None:
     from harness.pool import BackendPool
     from judges import load_evaluator
 
-    evaluator = load_evaluator("scalar-rm:model=smollm2-135m,head=lm-token0", BackendPool())
+    pool = BackendPool()
+    evaluator = load_evaluator("scalar-rm:model=smollm2-135m,head=lm-token0", pool)
     try:
         assert evaluator.spec == "scalar-rm:head=lm-token0,model=smollm2-135m"
+        assert evaluator.backend is pool.get("smollm2-135m")  # the alias's backend, shared with its other roles
         result = asyncio.run(evaluator.score_set("What is 2+2?", ["4", "five", "The answer is 4."], seed=0))
     finally:
-        asyncio.run(evaluator.close())
+        asyncio.run(pool.close())
     assert result.n_unscored == 0 and all(math.isfinite(s) for s in result.scores)
