@@ -283,3 +283,32 @@ def test_explain_names_the_cell_and_its_command_reproduces_it(tmp_path: Path, sh
     missing = subprocess.run([sys.executable, "-m", "harness", "report", str(run), "--explain", "Nope",
                               "ultrafeedback"], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and f"no row 'Nope'; rows: {row}" in missing.stderr
+
+
+@pytest.mark.slow
+def test_real_cpu_preset_runs_rerun_from_the_cache_and_gate(tmp_path: Path, shared_data: Path):
+    """The CPU preset's reward-model row (SmolLM2-135M, lm-token0) on real JudgeBench pairs: a rerun into a new
+    run directory is served by the call cache (counted) and passes the gate; a changed setting is refused."""
+    import os
+
+    env = {**os.environ, "HARNESS_CALL_CACHE": str(tmp_path / "calls.sqlite")}
+    spec = "scalar-rm:model=smollm2-135m,head=lm-token0"
+
+    def run(out: str, evaluator: str = spec) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "harness", "eval", "--evaluator", evaluator, "--benchmark",
+                               "judgebench", "--label", "Skywork-27B", "--limit", "6", "--data-dir",
+                               str(shared_data), "--out", str(tmp_path / out)],
+                              env=env, capture_output=True, text=True, timeout=600)
+
+    first, second = run("base"), run("cand")
+    assert first.returncode == 0, first.stderr
+    assert "backend calls: 12, cache hits: 0" in first.stdout  # two responses per pair
+    assert second.returncode == 0 and "backend calls: 0, cache hits: 12" in second.stdout
+    gate = _cli(str(tmp_path / "base"), str(tmp_path / "cand"))
+    assert gate.returncode == 0, gate.stderr
+    (cell,) = json.loads((tmp_path / "cand" / "compare.json").read_text())["cells"]
+    assert cell["diff"] == 0.0 and cell["n_items"] == 6
+    changed = run("cut", spec + ",max_length=256")
+    assert changed.returncode == 0, changed.stderr
+    gate = _cli(str(tmp_path / "base"), str(tmp_path / "cut"))
+    assert gate.returncode == 2 and "setting 'max_length' differs (BASE (default), CAND 256)" in gate.stderr
