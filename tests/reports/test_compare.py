@@ -288,7 +288,7 @@ def test_explain_names_the_cell_and_its_command_reproduces_it(tmp_path: Path, sh
 @pytest.mark.slow
 def test_real_cpu_preset_runs_rerun_from_the_cache_and_gate(tmp_path: Path, shared_data: Path):
     """The CPU preset's reward-model row (SmolLM2-135M, lm-token0) on real JudgeBench pairs: a rerun into a new
-    run directory is served by the call cache (counted) and passes the gate; a changed setting is refused."""
+    run directory is served by the call cache (counted) and passes the gate (changed settings: the tests above)."""
     import os
 
     env = {**os.environ, "HARNESS_CALL_CACHE": str(tmp_path / "calls.sqlite")}
@@ -308,7 +308,3 @@ def test_real_cpu_preset_runs_rerun_from_the_cache_and_gate(tmp_path: Path, shar
     assert gate.returncode == 0, gate.stderr
     (cell,) = json.loads((tmp_path / "cand" / "compare.json").read_text())["cells"]
     assert cell["diff"] == 0.0 and cell["n_items"] == 6
-    changed = run("cut", spec + ",max_length=256")
-    assert changed.returncode == 0, changed.stderr
-    gate = _cli(str(tmp_path / "base"), str(tmp_path / "cut"))
-    assert gate.returncode == 2 and "setting 'max_length' differs (BASE (default), CAND 256)" in gate.stderr
