@@ -217,6 +217,8 @@ def _generate_payload(request: GenerateRequest) -> dict:
         payload["prefix"] = request.assistant_prefix
     if p.min_tokens:
         payload["min_tokens"] = p.min_tokens
+    if p.constraint is not None:
+        payload["constraint"] = p.constraint.to_json()
     return payload
 
 

@@ -18,17 +18,25 @@ def tiny_tokenizer(
     specials: Sequence[str],
     bos: str,
     chat_template: bool = True,
+    byte_level: bool = False,
 ):
-    """A small Metaspace BPE tokenizer trained on `corpus`: pad `<pad>`, unk `<unk>`, eos `<|im_end|>`."""
+    """A small BPE tokenizer trained on `corpus`: pad `<pad>`, unk `<unk>`, eos `<|im_end|>`.
+
+    Metaspace (SentencePiece-style spaces) by default; `byte_level` makes it GPT-2-style byte-level, the kind
+    grammar libraries read (SmolLM2, Qwen3)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    raw = Tokenizer(models.BPE(unk_token="<unk>"))
-    raw.pre_tokenizer = pre_tokenizers.Metaspace()
-    raw.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=list(specials), initial_alphabet=[chr(c) for c in range(32, 127)]
-    )
+    raw = Tokenizer(models.BPE(unk_token=None if byte_level else "<unk>"))
+    if byte_level:
+        raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        raw.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        raw.pre_tokenizer = pre_tokenizers.Metaspace()
+        raw.decoder = decoders.Metaspace()
+        alphabet = [chr(c) for c in range(32, 127)]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(specials), initial_alphabet=alphabet)
     raw.train_from_iterator(list(corpus) * 5, trainer)
     tok = PreTrainedTokenizerFast(
         tokenizer_object=raw, pad_token="<pad>", unk_token="<unk>", eos_token="<|im_end|>", bos_token=bos
@@ -54,22 +62,25 @@ def build_tiny_lm(
     context: int = 256,
     arch: str = "llama",
     head_dim: int | None = None,
+    byte_level: bool = False,
 ) -> Path:
     """Save a tiny random causal LM (hidden 64, 2 layers) with a small readable tokenizer into `path`.
 
     `arch`: `llama`, or `gemma3` (one sliding-window layer of width 8 and one global layer: a hybrid KV cache).
     `head_dim`: the llama's attention head width (default hidden / heads = 16; vLLM's CPU attention needs 32 or
     more, so its tests pass 32).
+    `byte_level`: a byte-level tokenizer (see `tiny_tokenizer`), for structured-output tests.
     """
     import torch
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
     tok = tiny_tokenizer(
         CORPUS,
-        vocab_size=220,
+        vocab_size=400 if byte_level else 220,
         specials=["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"],
         bos="<|im_start|>",
         chat_template=chat_template,
+        byte_level=byte_level,
     )
     common = dict(
         vocab_size=len(tok),

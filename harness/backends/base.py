@@ -8,10 +8,11 @@ result whose `error` says what went wrong (`harness.errors.Failure`), so one fai
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from harness.errors import Failure
 
@@ -26,6 +27,61 @@ class Message:
     """Who speaks."""
     content: str
     """What they say."""
+
+
+ConstraintKind = Literal["json_schema", "regex", "choice"]
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """Structured output: the generated text must match a JSON schema, a regular expression or one of a few choices.
+
+    Every backend honours it its own way (`hf`: a logits mask built from the tokenizer; `vllm`: its structured
+    outputs; `openai`: `response_format` where the server supports it, else the plain request; the caller's parser
+    still reads the text). Build one with `json_schema`, `regex` or `choice`; it enters the call-cache key.
+    """
+
+    kind: ConstraintKind
+    """What `spec` is."""
+    spec: str
+    """`json_schema`: the schema as canonical JSON; `regex`: the pattern (the whole output matches it);
+    `choice`: the options as a JSON list of strings (the output is exactly one of them)."""
+    think: bool = False
+    """Allow a reasoning block `<think>...</think>` (and whitespace) before the constrained text, for models that
+    think first (Qwen3); the constraint applies after it."""
+    name: str = "output"
+    """A name for the schema (OpenAI's `response_format.json_schema.name`)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("json_schema", "regex", "choice"):
+            raise ValueError(f"unknown constraint kind {self.kind!r}; valid: json_schema, regex, choice")
+
+    @classmethod
+    def json_schema(cls, schema: Mapping[str, Any], *, name: str = "output", think: bool = False) -> Constraint:
+        return cls("json_schema", json.dumps(schema, sort_keys=True, separators=(",", ":")), think, name)
+
+    @classmethod
+    def regex(cls, pattern: str, *, think: bool = False) -> Constraint:
+        return cls("regex", pattern, think)
+
+    @classmethod
+    def choice(cls, options: Sequence[str], *, think: bool = False) -> Constraint:
+        if not options:
+            raise ValueError("a choice constraint needs at least one option")
+        return cls("choice", json.dumps(list(options)), think)
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema (`json_schema` only)."""
+        return json.loads(self.spec)
+
+    @property
+    def options(self) -> list[str]:
+        """The choices (`choice` only)."""
+        return json.loads(self.spec)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "spec": self.spec, "think": self.think}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +106,8 @@ class SamplingParams:
     """End-of-sequence is suppressed until this many tokens were generated (stop strings still apply).
 
     Honoured by `hf` and `vllm`; the `openai` backend does not send it (it is not part of the OpenAI API)."""
+    constraint: Constraint | None = None
+    """Structured output the text must match (see `Constraint`); None: free text."""
 
     def __post_init__(self) -> None:
         if self.n < 1:

@@ -24,6 +24,10 @@ How generation behaves, and where it deviates from a plain `model.generate` call
   invisible.)
 - `assistant_prefix` (a prefill) is appended to the rendered prompt; the text returned is what follows it.
   `min_tokens` bans the end-of-sequence ids of a row until it has that many new tokens.
+- `params.constraint` (structured output) masks a row's logits at every step with an llguidance matcher built
+  from the tokenizer (`harness.backends.grammar`): only tokens the grammar allows next stay finite, and once it
+  is complete only end-of-sequence. The mask applies before sampling and after the raw logits are kept, so token
+  logprobs stay the model's own.
 - Stop strings end a row early (checked on its recent tokens at every step); the text is cut before the first
   one. `max_tokens` is clamped to the model's context; a prompt that alone fills the context fails that
   request.
@@ -46,6 +50,7 @@ import asyncio
 import copy
 import gc
 import inspect
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -54,6 +59,7 @@ from typing import Any, TypeVar
 from harness.backends.base import (
     BackendOptions,
     Completion,
+    Constraint,
     GenerateRequest,
     LogprobRequest,
     LogprobResult,
@@ -65,7 +71,7 @@ from harness.backends.base import (
     Usage,
     sample_seed,
 )
-from harness.backends.hf_rows import Output, Row, RowMinTokens, RowSampler, RowStopper
+from harness.backends.hf_rows import Output, Row, RowConstraint, RowMinTokens, RowSampler, RowStopper
 from harness.backends.local import (
     PLAIN_STOPS,
     answer_span,
@@ -89,9 +95,10 @@ from harness.backends.local import (
     top_texts,
 )
 from harness.backends.merge import CallMerger
-from harness.errors import BackendUnavailableError, ConfigError, Failure, ModelNotFoundError
+from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory, ModelNotFoundError
 from harness.registry import register
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 """Extra stop strings used with the plain-text rendering (tokenizers without a chat template)."""
@@ -132,6 +139,7 @@ class HFBackend:
         self._lm: Any = None  # a causal LM, or a sequence classifier when `_classifier`
         self._tok: Any = None
         self._classifier = False
+        self._mask: Any = None
         self._config: dict[str, Any] = {}
         self._closed = False
         self.loads = 0
@@ -323,6 +331,31 @@ class HFBackend:
 
         return pad_rows(self._torch, prompts, self._pad_id, left=True, device=self._lm.device)
 
+    def _token_mask(self) -> Any:
+        """The llguidance token table of this tokenizer, built on the first constrained request; False when the
+        tokenizer cannot be read (said once; requests then run without their constraint)."""
+        if self._mask is None:
+            from harness.backends.grammar import TokenMask
+
+            try:
+                self._mask = TokenMask(self._tok)
+            except ValueError as exc:  # llguidance cannot read this tokenizer's decoder
+                log.warning("structured output unavailable for hf model %s (%s): generating without the "
+                            "constraint; the output's parser still checks it", self.model, exc)
+                self._mask = False
+        return self._mask
+
+    def _constraint(self, constraint: Constraint | None) -> tuple[Constraint | None, Failure | None]:
+        """The constraint a row runs with (None without a usable mask), or why the request fails (a constraint
+        that does not compile)."""
+        if constraint is None or not self._token_mask():
+            return None, None
+        try:
+            self._mask.matcher(constraint)
+        except ConfigError as exc:
+            return None, Failure(FailureCategory.BAD_REQUEST, str(exc))
+        return constraint, None
+
     def _require_causal_lm(self) -> None:
         if self._classifier:
             raise not_generative(f"hf model {self.model!r}", self._config)
@@ -349,6 +382,10 @@ class HFBackend:
                 failures[i] = failure
                 continue
             p = req.params
+            constraint, failure = self._constraint(p.constraint)
+            if failure is not None:
+                failures[i] = failure
+                continue
             prompt_tokens[i] = len(ids)
             max_new = p.max_tokens
             if self.context_length:
@@ -357,7 +394,8 @@ class HFBackend:
                 seed = sample_seed(p.seed, s)
                 stops = tuple(p.stop) + extra_stops
                 rows.append(
-                    Row(i, s, ids, max_new, p.temperature, p.top_p, seed, stops, p.logprobs, p.min_tokens)
+                    Row(i, s, ids, max_new, p.temperature, p.top_p, seed, stops, p.logprobs, p.min_tokens,
+                        constraint)
                 )
         # Rows asking for logprobs batch together, so other batches need not keep their logits.
         rows.sort(key=lambda r: (r.logprobs > 0, -len(r.ids)))
@@ -399,6 +437,8 @@ class HFBackend:
         processors = LogitsProcessorList()
         if any(r.min_new for r in batch) and self._eos_ids:
             processors.append(RowMinTokens(width, batch, self._eos_ids))
+        if any(r.constraint is not None for r in batch):
+            processors.append(RowConstraint(width, batch, self._token_mask(), self._eos_ids))
         if any(r.temperature > 0 for r in batch):
             processors.append(RowSampler(batch))
         # The raw logits (before any processor), not the processed scores: logprobs of the model itself.

@@ -1,5 +1,6 @@
 """Per-row controls of the `hf` backend's batched generation: each row of a batch keeps its own budget, stop
-strings, `min_tokens` and sampling seed (transformers' `generate` takes one setting per batch)."""
+strings, `min_tokens`, structured-output constraint and sampling seed (transformers' `generate` takes one setting
+per batch)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.backends.base import TokenLogprob
+from harness.backends.base import Constraint, TokenLogprob
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,7 @@ class Row:
     stops: tuple[str, ...]
     logprobs: int = 0
     min_new: int = 0
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,50 @@ class RowMinTokens:
             scores = scores.clone()  # generate keeps the tensor it passed in as the step's raw logits
             for j in rows:
                 scores[j, self.eos_ids] = float("-inf")
+        return scores
+
+
+class RowConstraint:
+    """Per-row structured output (a `transformers.LogitsProcessor`): each constrained row has its own llguidance
+    matcher (`harness.backends.grammar.TokenMask`); at every step it takes the row's last token, and only the
+    tokens the grammar allows next stay finite. Once the grammar is complete only end-of-sequence is allowed.
+    Unconstrained rows pass through. Runs before `RowSampler`, so sampled rows sample from the allowed tokens."""
+
+    def __init__(self, width: int, rows: Sequence[Row], mask: Any, eos_ids: Sequence[int]) -> None:
+        self.width = width
+        self.mask = mask
+        self.matchers = [mask.matcher(r.constraint) if r.constraint is not None else None for r in rows]
+        self.eos_ids = list(eos_ids)
+        self.done = [m is None for m in self.matchers]
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        n = input_ids.shape[1] - self.width
+        if all(self.done):
+            return scores
+        scores = scores.clone()  # generate keeps the tensor it passed in as the step's raw logits
+        for j, matcher in enumerate(self.matchers):
+            if self.done[j]:
+                continue
+            if n > 0:
+                last = int(input_ids[j, -1])
+                if last in self.eos_ids or not matcher.consume_token(last):
+                    self.done[j] = True  # ended (or, defensively, left the grammar): the parser judges the text
+                    continue
+            if matcher.is_stopped():
+                allowed = torch.zeros(scores.shape[1], dtype=torch.bool, device=scores.device)
+                allowed[self.eos_ids] = True
+            else:
+                bits = torch.from_numpy(self.mask.allowed(matcher)).to(scores.device)
+                allowed = torch.zeros(scores.shape[1], dtype=torch.bool, device=scores.device)
+                width = min(bits.shape[0], scores.shape[1])
+                allowed[:width] = bits[:width]
+                if not bool(allowed.any()):  # no way forward: end the row rather than emit an arbitrary token
+                    allowed[self.eos_ids] = True
+            scores[j, ~allowed] = float("-inf")
+            if bool(torch.isinf(scores[j]).all()):  # another control (min_tokens) banned all the grammar allows
+                scores[j, self.eos_ids] = 0.0
         return scores
 
 

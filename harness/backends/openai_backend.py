@@ -19,6 +19,11 @@ instead, so that every request ends as a completion or a categorised `Failure`, 
 - `options.timeout` bounds each attempt as a whole (connect, send, wait, read).
 - A request's `assistant_prefix` is sent as a trailing assistant message (servers that continue it treat it
   as a prefill; others answer in a new turn). `min_tokens` is not sent: it is not part of the OpenAI API.
+- `params.constraint` (structured output) goes out in the first form the server accepts (`STRUCTURED_FORMS`:
+  `response_format` `json_schema`, then llama.cpp's `json_object` + `schema`; for a regex or a choice vLLM's
+  `structured_outputs`, then `guided_*`), found with one attempt per form on the first constrained request of
+  each kind and then kept; a server that accepts none gets plain requests (logged once, listed in
+  `capabilities()`), and the caller's parser reads the text either way.
 - `score` (a reward model's scalar) is refused with a `ConfigError`: a chat server has no reward-model endpoint.
 
 Requests go through the SDK's generic `client.post(path, body=..., cast_to=<httpx Response>)`, its documented
@@ -35,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import json
+import logging
 import math
 import os
 import random
@@ -51,6 +57,7 @@ from urllib.parse import urlsplit, urlunsplit
 from harness.backends.base import (
     BackendOptions,
     Completion,
+    Constraint,
     GenerateRequest,
     LogprobRequest,
     LogprobResult,
@@ -65,7 +72,32 @@ from harness.backends.base import (
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory
 from harness.registry import register
 
+log = logging.getLogger(__name__)
+
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+STRUCTURED_FORMS: dict[str, tuple[str, ...]] = {
+    "json_schema": ("json_schema", "json_object_schema"),
+    "regex": ("structured_outputs", "guided"),
+    "choice": ("structured_outputs", "guided"),
+}
+"""How a constraint can be sent, in the order tried: OpenAI's `response_format` `json_schema`; the
+`{"type": "json_object", "schema": ...}` extension (llama.cpp's server); vLLM's `structured_outputs` field and
+its older `guided_regex` / `guided_choice` fields (vLLM, SGLang)."""
+
+
+def structured_fields(constraint: Constraint, form: str) -> dict[str, Any]:
+    """The request-body fields that send `constraint` in `form` (see `STRUCTURED_FORMS`)."""
+    if form == "json_schema":
+        schema = {"name": constraint.name, "schema": constraint.schema, "strict": True}
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    if form == "json_object_schema":
+        return {"response_format": {"type": "json_object", "schema": constraint.schema}}
+    value: Any = constraint.options if constraint.kind == "choice" else constraint.spec
+    if form == "structured_outputs":
+        return {"structured_outputs": {constraint.kind: value}}
+    if form == "guided":
+        return {f"guided_{constraint.kind}": value}
+    raise ValueError(f"unknown structured-output form {form!r}")
 _KEY_PLACEHOLDER = "EMPTY"
 _RETRY_AFTER_CAP_S = 60.0
 _PROBE_TIMEOUT_S = 10.0
@@ -122,6 +154,11 @@ class OpenAIBackend:
             options.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         )
         self._key = os.environ.get(options.api_key_env, "")
+        self._structured: dict[str, str | None] = {}
+        """Constraint kind -> the form this server accepted (`STRUCTURED_FORMS`), None when it took none."""
+        self._structured_locks: dict[tuple[int, str], asyncio.Lock] = {}
+        self.unsupported: dict[str, str] = {}
+        """What this server was found not to support, and how it refused (for the run's manifest)."""
         self._backoff_base_s = backoff_base_s
         self._backoff_cap_s = backoff_cap_s
         self._limit = _AdaptiveLimit(options.concurrency)
@@ -242,7 +279,10 @@ class OpenAIBackend:
             body["logprobs"] = True
             body["top_logprobs"] = p.logprobs
         try:
-            payload, attempts = await self._post_chat(body)
+            if p.constraint is not None:
+                payload, attempts = await self._post_structured(body, p.constraint)
+            else:
+                payload, attempts = await self._post_chat(body)
             if isinstance(payload, Failure):
                 return Completion(texts=(), error=payload)
             texts = _choice_texts(payload, p.n)
@@ -299,6 +339,48 @@ class OpenAIBackend:
             return match_candidates(top, candidates), _usage(payload).prompt_tokens
         except Exception as exc:  # a bug or an SDK surprise must not lose the batch
             return self._failure(FailureCategory.BACKEND, repr(exc), 1)
+
+    async def _post_structured(
+        self, body: dict[str, Any], constraint: Constraint
+    ) -> tuple[dict[str, Any] | Failure, int]:
+        """POST a constrained request in the first form this server accepts (see `STRUCTURED_FORMS`).
+
+        Until a form is known for the constraint's kind, each is tried once, in order, with one attempt and no
+        retry: a 2xx answer makes it the form for this backend; a 4xx/5xx answer moves on to the next form (the
+        server refused the field); any other fault is retried as usual in that form, without concluding. When
+        no form is accepted the kind is marked unsupported (said once in the log and in `capabilities`) and the
+        request goes out plain: the caller's parser reads the text.
+        """
+        kind = constraint.kind
+        lock = self._structured_locks.setdefault((id(asyncio.get_running_loop()), kind), asyncio.Lock())
+        async with lock:
+            known = kind in self._structured
+            if not known:
+                refusals = []
+                for form in STRUCTURED_FORMS[kind]:
+                    outcome = await self._attempt({**body, **structured_fields(constraint, form)})
+                    if not isinstance(outcome, _Fault):
+                        self._structured[kind] = form
+                        return outcome, 1
+                    if outcome.category not in (FailureCategory.BAD_REQUEST, FailureCategory.SERVER_ERROR):
+                        return await self._post_chat({**body, **structured_fields(constraint, form)})
+                    refusals.append(f"{form}: {outcome.message}")
+                self._structured[kind] = None
+                self.unsupported[f"structured output ({kind})"] = "; ".join(refusals)
+                log.warning(
+                    "%s does not accept %s structured output (%s): sending plain requests, the parser reads them",
+                    self._server_label(), kind, "; ".join(refusals)[:300],
+                )
+        form = self._structured[kind]
+        return await self._post_chat(body if form is None else {**body, **structured_fields(constraint, form)})
+
+    def capabilities(self) -> dict[str, str]:
+        """What this server was found to do and not do so far (probed on first use, for this run)."""
+        found = {f"structured output ({k})": f for k, f in sorted(self._structured.items()) if f is not None}
+        return {**found, **{k: f"unsupported ({why})" for k, why in self.unsupported.items()}}
+
+    def _server_label(self) -> str:
+        return f"the server at {self._scrub(self.base_url)} (model {self.model!r})"
 
     async def _post_chat(self, body: dict[str, Any]) -> tuple[dict[str, Any] | Failure, int]:
         """POST a chat completion with retries: the JSON body (or a Failure) and the attempts it took."""

@@ -57,6 +57,7 @@ from typing import Any
 from harness.backends.base import (
     BackendOptions,
     Completion,
+    Constraint,
     GenerateRequest,
     LogprobRequest,
     LogprobResult,
@@ -67,6 +68,7 @@ from harness.backends.base import (
     Usage,
     sample_seed,
 )
+from harness.backends.grammar import lark_grammar
 from harness.backends.local import (
     backend_failure,
     check_dtype,
@@ -195,6 +197,9 @@ class VLLMBackend:
             kwargs["revision"] = src.revision
         if opts.max_model_len is not None:
             kwargs["max_model_len"] = opts.max_model_len
+        if "structured_outputs_config" in engine_fields:
+            # llguidance, as `hf` uses: both local backends decode under the same grammar (harness.backends.grammar).
+            kwargs["structured_outputs_config"] = {"backend": "guidance"}
         if opts.data_parallel_size != 1:
             if "data_parallel_size" not in engine_fields:
                 raise BackendUnavailableError(
@@ -212,6 +217,12 @@ class VLLMBackend:
         self.context_length = self._max_model_len()
         self.vocab_size = llm.llm_engine.model_config.get_vocab_size()
         self.loads += 1
+
+    def _structured(self, constraint: Constraint) -> Any:
+        """vLLM's structured-output parameters for a constraint: the Lark grammar `hf` masks with."""
+        from vllm.sampling_params import StructuredOutputsParams
+
+        return StructuredOutputsParams(grammar=lark_grammar(constraint))
 
     def _top(self, k: int) -> int:
         """`k` alternatives per position, at most the vocabulary (vLLM's sampler fails the whole engine on more)."""
@@ -310,6 +321,8 @@ class VLLMBackend:
             extra: dict[str, Any] = {"logprobs": self._top(p.logprobs)} if p.logprobs else {}
             if p.min_tokens:
                 extra["min_tokens"] = min(p.min_tokens, max_new)
+            if p.constraint is not None:
+                extra["structured_outputs"] = self._structured(p.constraint)
             for s in range(1 if p.greedy else p.n):
                 rows.append((i, s))
                 prompts.append(ids)

@@ -211,3 +211,33 @@ def test_a_reward_model_on_the_pooling_runner_scores_as_hf_does(tmp_path: Path) 
         assert x.ok and y.ok and math.isclose(x.score, y.score, abs_tol=1e-4), (x, y)
         assert (x.tokens, x.kept) == (y.tokens, y.kept)
     assert a[1].truncated and a[1].kept == 128
+
+
+def test_structured_output_on_the_real_engine(tmp_path: Path) -> None:
+    """vLLM decodes under the grammar `hf` masks with (its guidance backend): schema, choice and regex hold for
+    every seed on a random model that writes none of them unconstrained."""
+    import re
+
+    from harness.backends.base import Constraint
+    from harness.backends.vllm_backend import VLLMBackend
+
+    model = build_tiny_lm(tmp_path / "bytes", head_dim=32, byte_level=True)  # llguidance reads byte-level tokenizers
+    schema = {"type": "array", "minItems": 1, "maxItems": 3,
+              "items": {"type": "object", "required": ["criterion", "weight"], "additionalProperties": False,
+                        "properties": {"criterion": {"type": "string", "minLength": 1, "maxLength": 20},
+                                       "weight": {"type": "integer", "minimum": 1, "maximum": 5}}}}
+    constraints = [Constraint.json_schema(schema), Constraint.choice(["yes", "no"]), Constraint.regex(r"[0-9]{2}-[a-c]{3}")]
+    requests = [req("rubric?", max_tokens=200, temperature=1.0, seed=s, constraint=c)
+                for s in range(8) for c in constraints]
+    b = VLLMBackend(str(model), BackendOptions(**ENGINE))
+    try:
+        out = run(b.generate(requests))
+    finally:
+        run(b.close())
+    assert all(c.ok for c in out), [c.error for c in out if not c.ok]
+    texts = [c.texts[0] for c in out]
+    for rubric in texts[0::3]:
+        items = json.loads(rubric)
+        assert 1 <= len(items) <= 3 and all(1 <= i["weight"] <= 5 and 1 <= len(i["criterion"]) <= 20 for i in items)
+    assert set(texts[1::3]) <= {"yes", "no"}
+    assert all(re.fullmatch(r"[0-9]{2}-[a-c]{3}", t) for t in texts[2::3]), texts[2::3]
