@@ -11,7 +11,11 @@ the parser's complaint; if it fails again every score is None and the failure is
 Settings (`dynamic-rubric:generator=SPEC,...`): `generator` (model spec, required), `verifier` (default: the
 generator), `mode` (`per_item` | `batched` | `logprob`, default `per_item`, the paper's scheme), `gen_temperature`
 (0.7: AVG@5 needs a different rubric sample per seed), `gen_max_tokens` (1024), `verify_max_tokens` (16 per verdict;
-an answer sheet gets 16 x M; `logprob` generates nothing).
+an answer sheet gets 16 x M; `logprob` generates nothing), `structured` (true: the generator decodes under the rubric's
+JSON schema, `judges.rubric.rubric_schema`, after an optional `<think>` block, and the verifier under its answer's
+shape (`judges.verify`), where the backend supports structured output; false: free text, read by the parsers alone).
+The schema's bounds follow `gen_max_tokens` (`rubric_constraint`: up to gen_max_tokens // 48 items, 1..20, criteria of
+at most 160 characters), so a constrained rubric fits its budget instead of being cut off mid-item.
 
 Deviations from the paper: the prompts are ours (the paper's are not reproduced); `batched`/`logprob` verification
 and the single re-ask on unparsable output are additions; the static baseline uses our static prompt with whatever
@@ -27,12 +31,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.backends.base import Backend, Message, SamplingParams
+from harness.backends.base import Backend, Constraint, Message, SamplingParams
 from harness.errors import ConfigError
 from harness.registry import register
 from harness.seeds import derive_seed
 from judges.base import SetScores, StageFailure, Trace, format_evaluator_spec, resolve_settings
-from judges.rubric import Rubric, aggregate, item_pass_rates, parse_rubric, saturated_share
+from judges.rubric import (
+    MAX_ITEMS,
+    Rubric,
+    aggregate,
+    item_pass_rates,
+    parse_rubric,
+    rubric_schema,
+    saturated_share,
+)
 from judges.templates import render_template, response_label
 from judges.verify import VERIFY_MODES, Ask, VerifyMode, ask_all, verify
 
@@ -47,6 +59,19 @@ __all__ = [
     "presentation_order",
     "static_generator_prompt",
 ]
+
+TOKENS_PER_ITEM = 48
+"""Budget of one constrained rubric item: a criterion of up to `CRITERION_CHARS` characters (~40 tokens of English)
+and the item's JSON around it."""
+CRITERION_CHARS = 160
+
+
+def rubric_constraint(max_tokens: int) -> Constraint:
+    """The generator's structured output (`structured=true`): after any reasoning block, a rubric list that fits
+    in `max_tokens` (at most max_tokens // TOKENS_PER_ITEM items, 1..20, criteria of at most CRITERION_CHARS
+    characters), so a constrained rubric is not cut off by its own budget."""
+    items = max(1, min(MAX_ITEMS, max_tokens // TOKENS_PER_ITEM))
+    return Constraint.json_schema(rubric_schema(max_items=items, max_chars=CRITERION_CHARS), name="rubric", think=True)
 
 SUBJECT = "generator"
 """The setting under test when two runs of a row are compared (`judges.held_fixed`)."""
@@ -66,6 +91,7 @@ _DEFAULTS: dict[str, Any] = {
     "gen_temperature": 0.7,
     "gen_max_tokens": 1024,
     "verify_max_tokens": 16,
+    "structured": True,
 }
 
 
@@ -104,6 +130,7 @@ class RubricEvaluator:
         gen_temperature: float = 0.7,
         gen_max_tokens: int = 1024,
         verify_max_tokens: int = 16,
+        structured: bool = True,
     ) -> None:
         self.spec = spec
         self.generator = generator
@@ -113,6 +140,7 @@ class RubricEvaluator:
         self.gen_temperature = gen_temperature
         self.gen_max_tokens = gen_max_tokens
         self.verify_max_tokens = verify_max_tokens
+        self.structured = structured
 
     async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int) -> SetScores:
         """Score every response of the set against one generated rubric.
@@ -130,7 +158,10 @@ class RubricEvaluator:
         else:
             text = dynamic_generator_prompt(prompt, responses, order)
         params = SamplingParams(
-            temperature=self.gen_temperature, max_tokens=self.gen_max_tokens, seed=derive_seed(seed, "rubric")
+            temperature=self.gen_temperature,
+            max_tokens=self.gen_max_tokens,
+            seed=derive_seed(seed, "rubric"),
+            constraint=rubric_constraint(self.gen_max_tokens) if self.structured else None,
         )
         ask = Ask(
             (Message("user", text),),
@@ -150,8 +181,16 @@ class RubricEvaluator:
             return SetScores((None,) * k, trace)
 
         rubric: Rubric = ask.result
+        if rubric.merged:
+            raw["rubric_merged"] = rubric.merged  # repeated criteria kept once (judges.rubric_parser)
         found = await verify(
-            self.verifier, prompt, responses, rubric, mode=self.mode, max_tokens=self.verify_max_tokens
+            self.verifier,
+            prompt,
+            responses,
+            rubric,
+            mode=self.mode,
+            max_tokens=self.verify_max_tokens,
+            structured=self.structured,
         )
         raw["verifier"] = found.raw
         scores, pass_rates, disc, saturated = _summarise(rubric, found.verdicts)
@@ -209,6 +248,7 @@ def _build(kind: str, settings: dict[str, str], pool: BackendPool, *, dynamic: b
         gen_temperature=temperature,
         gen_max_tokens=resolved["gen_max_tokens"],
         verify_max_tokens=resolved["verify_max_tokens"],
+        structured=resolved["structured"],
     )
 
 

@@ -1,6 +1,6 @@
 """`pairwise-judge`: an LLM compares responses two at a time, in both orders (JudgeBench-style LLM-as-judge).
 
-Spec: `pairwise-judge:model=SPEC[,temperature=0][,max_tokens=512]`, e.g.
+Spec: `pairwise-judge:model=SPEC[,temperature=0][,max_tokens=512][,structured=true]`, e.g.
 `pairwise-judge:model=openai:gpt-4.1`. `model` is a backend spec or alias, served through the run's backend
 pool (so through the call cache).
 
@@ -18,6 +18,8 @@ Protocol:
   our complaint; an empty answer is shown as `(empty reply)`). A second unparsable answer fails the game with
   category PARSE (attempts=2). A backend error fails the game with the backend's category, without a re-ask
   (backends already retry).
+- `structured=true` (default) asks the backend to decode under `VERDICT_CONSTRAINT` (free reasoning, ending in
+  a marker) where it supports structured output; `false` sends free text. The parser is the same either way.
 - Scores. Each scored game gives its two responses points: win 1, tie 0.5, loss 0. A response's score is its
   mean points over its scored games (a win rate in [0, 1]); a response none of whose games could be scored
   gets None. For K=2 with both games scored, score(a) - score(b) = s / 2, where s is JudgeBench's per-pair sum
@@ -47,7 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.metrics import both_orders_sum
-from harness.backends.base import GenerateRequest, Message, SamplingParams
+from harness.backends.base import Constraint, GenerateRequest, Message, SamplingParams
 from harness.errors import ConfigError, Failure, FailureCategory
 from harness.registry import register
 from harness.seeds import derive_seed
@@ -72,7 +74,9 @@ __all__ = [
 KIND = "pairwise-judge"
 SUBJECT = "model"
 """The setting under test when two runs of a row are compared (`judges.held_fixed`)."""
-DEFAULTS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 512}
+DEFAULTS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 512, "structured": True}
+VERDICT_CONSTRAINT = Constraint.regex(r"(?s:.*)\[\[[ABC]\]\]")
+"""`structured=true`: any reasoning, then the answer ends with a verdict marker (the parser reads the last one)."""
 """Settings and their defaults; `model` is required."""
 TEMPLATE = "pairwise_judge"
 """The judge prompt, `judges/prompts/pairwise_judge.txt`."""
@@ -217,11 +221,15 @@ class PairwiseJudge:
         self.spec = format_evaluator_spec(KIND, self.settings, defaults=DEFAULTS)
         self.temperature: float = settings["temperature"]
         self.max_tokens: int = settings["max_tokens"]
+        self.structured: bool = settings["structured"]
         load_template(TEMPLATE)  # a missing prompt file fails here, not mid-run
 
     def _params(self, seed: int, *parts: object) -> SamplingParams:
         return SamplingParams(
-            temperature=self.temperature, max_tokens=self.max_tokens, seed=derive_seed(seed, KIND, *parts)
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            seed=derive_seed(seed, KIND, *parts),
+            constraint=VERDICT_CONSTRAINT if self.structured else None,
         )
 
     async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int) -> SetScores:

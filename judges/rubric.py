@@ -41,6 +41,7 @@ __all__ = [
     "item_pass_rates",
     "normalise_criterion",
     "parse_rubric",
+    "rubric_schema",
     "saturated_share",
 ]
 
@@ -70,6 +71,8 @@ class Rubric:
 
     items: tuple[RubricItem, ...]
     """At least one item; no two criteria equal after `normalise_criterion`. A list becomes a tuple."""
+    merged: int = 0
+    """Repeated criteria the parser merged into their first occurrence (`judges.rubric_parser`)."""
 
     def __post_init__(self) -> None:
         items = tuple(self.items)
@@ -139,7 +142,36 @@ def parse_rubric(text: str) -> Rubric:
         RubricParseError: no rubric, several, or an invalid one; the message names each problem
             (e.g. "item 3: weight 7 is outside 1..5") and is meant to be shown to the model on a retry.
     """
-    return Rubric(items=tuple(RubricItem(criterion=c, weight=w) for c, w in parse_rubric_items(text)))
+    items, merged = parse_rubric_items(text)
+    return Rubric(items=tuple(RubricItem(criterion=c, weight=w) for c, w in items), merged=merged)
+
+
+MAX_ITEMS = 20
+"""Most items a constrained generator may write (the paper's rubrics have a handful)."""
+MAX_CRITERION_CHARS = 400
+"""Longest criterion a constrained generator may write."""
+
+
+def rubric_schema(*, max_items: int = MAX_ITEMS, max_chars: int = MAX_CRITERION_CHARS) -> dict[str, Any]:
+    """The JSON schema of a rubric, for structured output: a list of 1..`max_items` `{criterion, weight}`
+    objects, the criterion a non-empty string of at most `max_chars` characters, the weight an integer in 1..5.
+
+    Content rules the schema cannot say (duplicates, blank-looking criteria) stay in `parse_rubric`.
+    """
+    return {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": max_items,
+        "items": {
+            "type": "object",
+            "properties": {
+                "criterion": {"type": "string", "minLength": 1, "maxLength": max_chars},
+                "weight": {"type": "integer", "minimum": MIN_WEIGHT, "maximum": MAX_WEIGHT},
+            },
+            "required": ["criterion", "weight"],
+            "additionalProperties": False,
+        },
+    }
 
 
 # --- arithmetic ---

@@ -21,9 +21,14 @@ Accepted:
   `weight: 5` after one of `—`, `–`, ` -`, `:`, `,`, `;`, `|`. Markdown bold (`**`) is removed from list lines
   first; lines that are not list lines are ignored.
 
+Merged, not rejected: a criterion that repeats an earlier one after `normalise_criterion` is dropped, the first
+occurrence kept with its weight, and the number merged is returned (the evaluator records it in its trace as
+`rubric_merged`). A valid rubric with a repeated line keeps its distinct items rather than losing the whole set;
+repeats would otherwise count the same check several times. A repeat with an invalid weight is still a problem.
+
 Rejected: no items; a weight outside 1..5, not an integer (`2.5`, `"high"`, `true`) or missing; an empty or
-non-string criterion; two criterion keys (or two weight keys) in one object; duplicate criteria after
-`normalise_criterion`; two different JSON lists that both look like rubrics; JSON objects outside a list; list
+non-string criterion; two criterion keys (or two weight keys) in one object; two different JSON lists that both
+look like rubrics; JSON objects outside a list; list
 lines where some carry a weight marker and others don't, or a line with two markers; invalid (e.g. cut-off)
 JSON. Every problem found is reported, item by item, in one message.
 
@@ -57,14 +62,15 @@ def normalise_criterion(text: str) -> str:
     return " ".join(text.casefold().split()).rstrip(".,;:!? ")
 
 
-def parse_rubric_items(text: str) -> list[tuple[str, int]]:
+def parse_rubric_items(text: str) -> tuple[list[tuple[str, int]], int]:
     """Parse generator output into `(criterion, weight)` pairs in their written order.
 
     Args:
         text: the generator's raw completion.
 
     Returns:
-        At least one pair; criteria non-empty and distinct after `normalise_criterion`; weights ints in 1..5.
+        At least one pair (criteria non-empty and distinct after `normalise_criterion`; weights ints in 1..5),
+        and how many repeated criteria were merged into their first occurrence (see the module docstring).
 
     Raises:
         RubricParseError: no rubric, more than one, or an invalid one (see the module docstring).
@@ -281,11 +287,12 @@ def _coerce_weight(raw: Any) -> int | str:
     return value
 
 
-def _finish(items: list[tuple[int, Any, Any, list[str]]]) -> list[tuple[str, int]]:
+def _finish(items: list[tuple[int, Any, Any, list[str]]]) -> tuple[list[tuple[str, int]], int]:
     """Check every item, report all problems at once, or return the clean pairs."""
     problems: list[str] = []
     result: list[tuple[str, int]] = []
     first_seen: dict[str, int] = {}
+    merged = 0
     for i, criterion, raw_weight, item_problems in items:
         problems.extend(item_problems)
         ok = not item_problems
@@ -307,7 +314,7 @@ def _finish(items: list[tuple[int, Any, Any, list[str]]]) -> list[tuple[str, int
                 problems.append(f"item {i}: criterion is empty")
                 continue
             if key in first_seen:
-                problems.append(f"item {i}: {criterion!r} duplicates item {first_seen[key]}")
+                merged += ok
                 continue
             first_seen[key] = i
         if ok:
@@ -319,4 +326,4 @@ def _finish(items: list[tuple[int, Any, Any, list[str]]]) -> list[tuple[str, int
         )
     if not result:
         raise RubricParseError("the rubric has no items; give at least one criterion with a weight")
-    return result
+    return result, merged

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harness.backends.base import Backend, GenerateRequest, LogprobRequest, Message, SamplingParams
+from harness.backends.base import Backend, Constraint, GenerateRequest, LogprobRequest, Message, SamplingParams
 from harness.errors import Failure, FailureCategory
 from judges.base import StageFailure
 from judges.rubric import Rubric
@@ -259,9 +259,23 @@ def _sheet(prompt: str, response: str, rubric: Rubric) -> str:
     return render_template("verify_sheet", prompt=prompt, response=response, criteria=criteria, count=len(rubric))
 
 
-def sheet_params(n_items: int, max_tokens: int) -> SamplingParams:
-    """Greedy sampling for an answer sheet of `n_items` lines (see the module docstring)."""
+VERDICT_CHOICE = Constraint.choice(["Yes", "No"], think=True)
+"""`per_item`'s structured output: one word, after any reasoning block."""
+
+
+def sheet_constraint(n_items: int) -> Constraint:
+    """`batched`'s structured output: after the prefill `1:`, exactly `n_items` verdicts, one line each
+    (` yes`, then `\n2: no`, ..., up to `\nM: yes`)."""
+    lines = " ?(yes|no)" + "".join(f"\\n{m}: (yes|no)" for m in range(2, n_items + 1))
+    return Constraint.regex(lines)
+
+
+def sheet_params(n_items: int, max_tokens: int, *, structured: bool = False) -> SamplingParams:
+    """Greedy sampling for an answer sheet of `n_items` lines (see the module docstring). Structured: the sheet
+    is constrained to exactly `n_items` lines (`sheet_constraint`), so end-of-sequence need not be held back."""
     budget = max_tokens * n_items
+    if structured:
+        return SamplingParams(temperature=0.0, max_tokens=budget, constraint=sheet_constraint(n_items))
     return SamplingParams(
         temperature=0.0,
         max_tokens=budget,
@@ -289,6 +303,7 @@ async def verify(
     *,
     mode: VerifyMode = "per_item",
     max_tokens: int = 16,
+    structured: bool = False,
 ) -> Verification:
     """Answer every item of `rubric` for every response.
 
@@ -299,6 +314,8 @@ async def verify(
         rubric: the M items (weights are not shown to the verifier).
         mode: `per_item`, `batched` or `logprob` (see the module docstring).
         max_tokens: token budget per verdict (`per_item`); a sheet gets `max_tokens * M`. Unused by `logprob`.
+        structured: constrain the answers (`per_item`: `VERDICT_CHOICE`; `batched`: `sheet_constraint`) where
+            the backend can; the parsers still read every answer.
 
     Returns:
         The verdict matrix (M x K), failures and request counts.
@@ -311,7 +328,9 @@ async def verify(
     verdicts: list[list[float | None]] = [[None] * k_resp for _ in range(n_items)]
     cells: list[tuple[int | None, int]]
     if mode == "per_item":
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        params = SamplingParams(
+            temperature=0.0, max_tokens=max_tokens, constraint=VERDICT_CHOICE if structured else None
+        )
         cells = [(m, k) for k in range(k_resp) for m in range(n_items)]  # response-major: shared prefixes adjacent
         asks = [
             Ask(
@@ -325,7 +344,7 @@ async def verify(
             for m, k in cells
         ]
     else:
-        params = sheet_params(n_items, max_tokens)
+        params = sheet_params(n_items, max_tokens, structured=structured)
         cells = [(None, k) for k in range(k_resp)]
         asks = [
             Ask(

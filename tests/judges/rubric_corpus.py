@@ -11,6 +11,18 @@ from __future__ import annotations
 FENCE = "```"
 
 GOOD = [
+    # Repeated criteria (after normalisation) are merged into the first occurrence, which keeps its weight.
+    (
+        "duplicate-after-normalisation",
+        '[{"criterion": "Mentions the  deadline.", "weight": 3}, '
+        '{"criterion": "mentions the deadline", "weight": 2}]',
+        [("Mentions the deadline.", 3)],
+    ),
+    (
+        "list-duplicates",
+        "1. Uses metric units (weight: 2)\n2. Uses metric units! (weight: 3)",
+        [("Uses metric units", 2)],
+    ),
     (
         "strict-json",
         '[{"criterion": "States that the capital of Australia is Canberra", "weight": 5}, '
@@ -269,12 +281,6 @@ BAD = [
         "item 1: several criterion keys",
     ),
     (
-        "duplicate-after-normalisation",
-        '[{"criterion": "Mentions the  deadline.", "weight": 3}, '
-        '{"criterion": "mentions the deadline", "weight": 2}]',
-        "item 2: 'mentions the deadline' duplicates item 1",
-    ),
-    (
         "two-different-rubrics",
         'First attempt: [{"criterion": "Is correct", "weight": 5}]\n'
         'Revised: [{"criterion": "States that 2 + 2 = 4", "weight": 5}]',
@@ -318,11 +324,6 @@ BAD = [
     ),
     ("list-weight-word", "1. Mentions X (weight: high)", "item 1: weight 'high' is not an integer"),
     ("list-two-markers", "1. [4] Mentions X (weight: 3)", "item 1: two weight markers"),
-    (
-        "list-duplicates",
-        "1. Uses metric units (weight: 2)\n2. Uses metric units! (weight: 3)",
-        "duplicates item 1",
-    ),
     (
         "prose-only",
         "Both responses are good, but Response A is more detailed. I would prefer A.",

@@ -257,3 +257,53 @@ def test_smollm2_scores_a_set_end_to_end_or_records_why_not():
         f"smollm2 end to end: {elapsed:.1f} s; rubric={result.trace.rubric}; scores={result.scores}; "
         f"failures={[f.failure.message for f in result.trace.failures]}; fixed-rubric verdicts={checked.verdicts}"
     )
+
+
+# --- structured output ---
+
+
+@pytest.mark.parametrize("mode", ["per_item", "batched"])
+def test_structured_requests_carry_the_shape_of_each_answer(mode):
+    import re
+
+    from judges.dynamic import rubric_constraint
+    from judges.verify import VERDICT_CHOICE, sheet_constraint
+
+    judge = FakeJudge(rubrics=[GOOD], truth=TRUTH)
+    result = score(f"dynamic-rubric:generator=fake-judge:m,mode={mode},gen_max_tokens=500", judge)
+    assert list(result.scores) == pytest.approx(list(aggregate([i["weight"] for i in RUBRIC], EXPECTED_VERDICTS)))
+    generator, *verifier = judge.requests
+    schema = generator.params.constraint.schema
+    assert generator.params.constraint == rubric_constraint(500) and generator.params.constraint.think
+    assert schema["maxItems"] == 500 // 48 and schema["items"]["properties"]["weight"] == {
+        "type": "integer", "minimum": 1, "maximum": 5}
+    if mode == "per_item":
+        assert {r.params.constraint for r in verifier} == {VERDICT_CHOICE}
+    else:
+        assert {r.params.constraint for r in verifier} == {sheet_constraint(3)}
+        assert all(r.params.min_tokens == 0 for r in verifier)  # the grammar, not min_tokens, holds back the end
+        assert re.fullmatch(sheet_constraint(3).spec, " yes\n2: no\n3: yes")
+        assert not re.fullmatch(sheet_constraint(3).spec, " yes\n2: no")
+
+
+def test_structured_false_sends_free_text_and_is_named_in_the_spec():
+    judge = FakeJudge(rubrics=[GOOD], truth=TRUTH)
+    evaluator = build("dynamic-rubric:generator=fake-judge:m,structured=false", judge)
+    asyncio.run(evaluator.score_set(PROMPT, RESPONSES, seed=7))
+    assert all(r.params.constraint is None for r in judge.requests)
+    assert "structured=false" in evaluator.spec
+    assert "structured" not in build("dynamic-rubric:generator=fake-judge:m", FakeJudge()).spec  # the default
+
+
+def test_the_rubric_bounds_follow_the_generation_budget():
+    from judges.dynamic import rubric_constraint
+
+    assert [rubric_constraint(t).schema["maxItems"] for t in (16, 160, 1024, 4096)] == [1, 3, 20, 20]
+    assert rubric_constraint(160).schema["items"]["properties"]["criterion"]["maxLength"] == 160
+
+
+def test_a_rubric_with_repeated_criteria_is_scored_once_per_criterion_and_says_so():
+    repeated = json.dumps(RUBRIC + [{"criterion": "states that the answer is 4.", "weight": 1}])
+    result = score("dynamic-rubric:generator=fake-judge:m", FakeJudge(rubrics=[repeated], truth=TRUTH))
+    assert result.trace.rubric == RUBRIC and result.trace.raw["rubric_merged"] == 1
+    assert list(result.scores) == pytest.approx(list(aggregate([i["weight"] for i in RUBRIC], EXPECTED_VERDICTS)))

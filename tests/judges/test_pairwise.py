@@ -326,7 +326,7 @@ def test_spec_is_canonical(judge: FakeJudge) -> None:
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ("model=fake-judge:m,top_k=5", "unknown setting.*top_k.*valid: max_tokens, model, temperature"),
+        ("model=fake-judge:m,top_k=5", "unknown setting.*top_k.*valid: max_tokens, model, structured, temperature"),
         ("temperature=0", "missing required setting.*model"),
         ("model=fake-judge:m,max_tokens=many", "max_tokens"),
         ("model=fake-judge:m,temperature=-1", "temperature must be >= 0"),
@@ -337,3 +337,18 @@ def test_spec_is_canonical(judge: FakeJudge) -> None:
 def test_bad_settings_are_rejected(settings: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load("pairwise-judge:" + settings, BackendPool())
+
+
+def test_structured_games_end_in_a_verdict_marker_and_can_be_switched_off():
+    import re
+
+    from judges.pairwise import VERDICT_CONSTRAINT
+
+    assert re.fullmatch(VERDICT_CONSTRAINT.spec, "A is right.\nVerdict: [[A]]")
+    assert re.fullmatch(VERDICT_CONSTRAINT.spec, "[[C]]")
+    assert not re.fullmatch(VERDICT_CONSTRAINT.spec, "A is better.")
+    assert not re.fullmatch(VERDICT_CONSTRAINT.spec, "[[D]]")
+    on = load("pairwise-judge:model=fake-judge:m", BackendPool())
+    off = load("pairwise-judge:model=fake-judge:m,structured=false", BackendPool())
+    assert on._params(0).constraint == VERDICT_CONSTRAINT and off._params(0).constraint is None
+    assert "structured" not in on.spec and "structured=false" in off.spec

@@ -45,6 +45,17 @@ def test_rejects_bad_outputs(text, message):
     assert message in str(info.value)
 
 
+def test_repeated_criteria_are_merged_and_counted():
+    text = ('[{"criterion": "True", "weight": 3}, {"criterion": "True", "weight": 5}, '
+            '{"criterion": "False", "weight": 5}, {"criterion": "true.", "weight": 1}]')
+    rubric = parse_rubric(text)
+    assert [(i.criterion, i.weight) for i in rubric.items] == [("True", 3), ("False", 5)]
+    assert rubric.merged == 2
+    assert parse_rubric('[{"criterion": "A", "weight": 1}]').merged == 0
+    with pytest.raises(RubricParseError, match="item 2: weight 9"):  # a repeat is still checked
+        parse_rubric('[{"criterion": "A", "weight": 1}, {"criterion": "A", "weight": 9}]')
+
+
 def test_parse_error_is_a_value_error():
     assert issubclass(RubricParseError, ValueError)
 
