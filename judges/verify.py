@@ -56,7 +56,9 @@ __all__ = [
     "p_yes",
     "parse_answer_sheet",
     "parse_yes_no",
+    "sheet_constraint",
     "sheet_params",
+    "sheet_prompt",
     "verify",
 ]
 
@@ -254,7 +256,7 @@ class Verification:
     `yes_no_mass` (items x responses)."""
 
 
-def _sheet(prompt: str, response: str, rubric: Rubric) -> str:
+def sheet_prompt(prompt: str, response: str, rubric: Rubric) -> str:
     criteria = "\n".join(f"{i}. {c}" for i, c in enumerate(rubric.criteria, start=1))
     return render_template("verify_sheet", prompt=prompt, response=response, criteria=criteria, count=len(rubric))
 
@@ -348,7 +350,7 @@ async def verify(
         cells = [(None, k) for k in range(k_resp)]
         asks = [
             Ask(
-                (Message("user", _sheet(prompt, responses[k], rubric)),),
+                (Message("user", sheet_prompt(prompt, responses[k], rubric)),),
                 params,
                 lambda text: [float(v) for v in parse_answer_sheet(text, n_items)],
                 lambda problem: render_template("retry_sheet", problem=problem, count=n_items),

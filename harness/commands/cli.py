@@ -694,6 +694,29 @@ def bench_verify(
                                  prompts=prompts, max_tokens=max_tokens))
 
 
+@bench_app.command("structured")
+def bench_structured(
+    model: ModelOpt,
+    rubrics: Annotated[int, typer.Option("--rubrics", min=1, help="Rubric samples per condition.")] = 4,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="The rubric's token budget.")] = 256,
+    items: Annotated[int, typer.Option("--items", min=1, help="Rubric items for the verifier tasks (up to 10).")] = 6,
+    responses: Annotated[int, typer.Option("--responses", min=1, help="Responses (up to 6).")] = 4,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    batch_size: BatchOpt = None,
+    dtype: DtypeOpt = None,
+    enforce_eager: EagerOpt = None,
+) -> None:
+    """Rubric generation and the per_item / batched verifier answers, free and then under their structured-output
+    constraint: parse failures, tokens, wall time, decode throughput and its constrained/free ratio, agreement."""
+    from harness.commands.bench_structured import bench_structured_sync
+
+    options = _backend_options(base_url=base_url, api_key_env=api_key_env, batch_size=batch_size, dtype=dtype,
+                               enforce_eager=enforce_eager)
+    typer.echo(bench_structured_sync(model, rubrics=rubrics, max_tokens=max_tokens, items=items,
+                                     responses=responses, options=options))
+
+
 def main() -> None:
     """Console entry point: one-line errors, exit codes, `--debug` tracebacks.
 

@@ -1,0 +1,140 @@
+"""`harness bench structured`: the same outputs with and without their structured-output constraint.
+
+On the shipped example (`harness/examples/verify_bench.json`: a prompt, its responses and a rubric), three tasks run
+twice, free and constrained, on one backend loaded once (the call cache is bypassed):
+
+- `rubric`: the dynamic generator's request, `--rubrics` samples (temperature 0.7, derived seeds), parsed with
+  `parse_rubric`; constrained by `judges.dynamic.rubric_constraint(--max-tokens)`;
+- `per_item`: one Yes/No question per item x response, parsed with `parse_yes_no`;
+- `batched`: one answer sheet per response, parsed with `parse_answer_sheet`.
+
+Per task and output: requests, parse failures (no re-ask here: the raw rate), completion tokens, wall time and
+decode throughput (completion tokens / s), the constrained/free throughput ratio, and for the verifier tasks the
+agreement of the constrained verdicts with the free ones where both parsed. Both conditions of a task run back to
+back in the same process, so the ratio is measured in one run. Free first, so a warm-up advantage, if any, goes to
+the constrained side's baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from harness.backends.base import BackendOptions, GenerateRequest, Message, SamplingParams, user_chat
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    task: str
+    output: str
+    """`free` or `constrained`."""
+    requests: int
+    parse_failures: int
+    completion_tokens: int
+    wall_s: float
+    answers: tuple[object, ...]
+    """Parsed answers (None where parsing failed), aligned across the two conditions of a task."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def _requests(task: str, *, structured: bool, prompt: str, responses: list[str], rubric, rubrics: int,
+              max_tokens: int) -> tuple[list[GenerateRequest], object]:
+    from harness.seeds import derive_seed
+    from judges.dynamic import dynamic_generator_prompt, presentation_order, rubric_constraint
+    from judges.rubric import parse_rubric
+    from judges.templates import render_template
+    from judges.verify import (
+        SHEET_PREFILL,
+        VERDICT_CHOICE,
+        sheet_prompt,
+        parse_answer_sheet,
+        parse_yes_no,
+        sheet_params,
+    )
+
+    if task == "rubric":
+        order = presentation_order(len(responses), 0)
+        text = dynamic_generator_prompt(prompt, responses, order)
+        constraint = rubric_constraint(max_tokens) if structured else None
+        requests = [
+            GenerateRequest((Message("user", text),), SamplingParams(
+                temperature=0.7, max_tokens=max_tokens, seed=derive_seed(s, "rubric"), constraint=constraint))
+            for s in range(rubrics)
+        ]
+        return requests, lambda t: [(i.criterion, i.weight) for i in parse_rubric(t).items]
+    if task == "per_item":
+        params = SamplingParams(max_tokens=16, constraint=VERDICT_CHOICE if structured else None)
+        requests = [
+            GenerateRequest(user_chat(render_template("verify_item", prompt=prompt, response=r, criterion=c)), params)
+            for r in responses for c in rubric.criteria
+        ]
+        return requests, parse_yes_no
+    params = sheet_params(len(rubric), 16, structured=structured)
+    requests = [GenerateRequest((Message("user", sheet_prompt(prompt, r, rubric)),), params, SHEET_PREFILL)
+                for r in responses]
+    return requests, lambda t: tuple(parse_answer_sheet(t, len(rubric)))
+
+
+async def run_bench_structured(
+    spec: str, *, rubrics: int = 4, max_tokens: int = 256, items: int = 6, responses: int = 4,
+    options: BackendOptions | None = None,
+) -> list[TaskResult]:
+    from harness.backends import load_backend
+    from harness.commands.bench_verify import load_example
+    from judges.verify import continue_prefill
+
+    prompt, texts, rubric = load_example(items, responses)
+    backend = load_backend(spec, options or BackendOptions())
+    results = []
+    try:
+        await backend.probe()
+        await backend.generate([GenerateRequest(user_chat("Say yes."), SamplingParams(max_tokens=2))])  # warm-up
+        for task in ("rubric", "per_item", "batched"):
+            for structured in (False, True):
+                requests, parse = _requests(task, structured=structured, prompt=prompt, responses=texts,
+                                            rubric=rubric, rubrics=rubrics, max_tokens=max_tokens)
+                start = time.perf_counter()
+                out = await backend.generate(requests)
+                wall = time.perf_counter() - start
+                answers = []
+                for request, completion in zip(requests, out):
+                    try:
+                        answers.append(parse(continue_prefill(request.assistant_prefix, completion.texts[0])))
+                    except (ValueError, IndexError):
+                        answers.append(None)
+                results.append(TaskResult(
+                    task, "constrained" if structured else "free", len(requests), sum(a is None for a in answers),
+                    sum(c.usage.completion_tokens for c in out), wall, tuple(answers),
+                ))
+    finally:
+        await backend.close()
+    return results
+
+
+def format_bench_structured(results: list[TaskResult], *, spec: str) -> str:
+    lines = [
+        f"model {spec}: each task free, then under its constraint (call cache bypassed)",
+        f"{'task':<10} {'output':<12} {'requests':>8} {'parse fail':>10} {'compl tok':>9} {'wall s':>8} {'tok/s':>7}",
+    ]
+    for r in results:
+        lines.append(f"{r.task:<10} {r.output:<12} {r.requests:>8} {r.parse_failures:>10} {r.completion_tokens:>9} "
+                     f"{r.wall_s:>8.2f} {r.tokens_per_s:>7.1f}")
+    for free, constrained in zip(results[0::2], results[1::2]):
+        ratio = constrained.tokens_per_s / free.tokens_per_s if free.tokens_per_s else float("nan")
+        line = (f"{free.task}: parse failures {free.parse_failures}/{free.requests} free, "
+                f"{constrained.parse_failures}/{constrained.requests} constrained; "
+                f"decode throughput constrained/free {ratio:.2f}x")
+        if free.task != "rubric":
+            pairs = [(a, b) for a, b in zip(free.answers, constrained.answers) if a is not None and b is not None]
+            agree = sum(a == b for a, b in pairs) / len(pairs) if pairs else float("nan")
+            line += f"; verdicts agree with free {agree:.2f} ({len(pairs)} parsed in both)"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def bench_structured_sync(spec: str, **kwargs) -> str:
+    return format_bench_structured(asyncio.run(run_bench_structured(spec, **kwargs)), spec=spec)
