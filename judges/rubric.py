@@ -154,7 +154,8 @@ MAX_CRITERION_CHARS = 400
 
 def rubric_schema(*, max_items: int = MAX_ITEMS, max_chars: int = MAX_CRITERION_CHARS) -> dict[str, Any]:
     """The JSON schema of a rubric, for structured output: a list of 1..`max_items` `{criterion, weight}`
-    objects, the criterion a non-empty string of at most `max_chars` characters, the weight an integer in 1..5.
+    objects, the criterion a string of at most `max_chars` characters holding something besides whitespace and
+    end punctuation (so it is not empty once normalised), the weight an integer in 1..5.
 
     Content rules the schema cannot say (duplicates, blank-looking criteria) stay in `parse_rubric`.
     """
@@ -165,7 +166,8 @@ def rubric_schema(*, max_items: int = MAX_ITEMS, max_chars: int = MAX_CRITERION_
         "items": {
             "type": "object",
             "properties": {
-                "criterion": {"type": "string", "minLength": 1, "maxLength": max_chars},
+                # At least one character that is not whitespace or end punctuation: never empty once normalised.
+                "criterion": {"type": "string", "minLength": 1, "maxLength": max_chars, "pattern": "[^\\s.,;:!?]"},
                 "weight": {"type": "integer", "minimum": MIN_WEIGHT, "maximum": MAX_WEIGHT},
             },
             "required": ["criterion", "weight"],

@@ -307,3 +307,18 @@ def test_a_rubric_with_repeated_criteria_is_scored_once_per_criterion_and_says_s
     result = score("dynamic-rubric:generator=fake-judge:m", FakeJudge(rubrics=[repeated], truth=TRUTH))
     assert result.trace.rubric == RUBRIC and result.trace.raw["rubric_merged"] == 1
     assert list(result.scores) == pytest.approx(list(aggregate([i["weight"] for i in RUBRIC], EXPECTED_VERDICTS)))
+
+
+def test_the_rubric_schema_admits_no_criterion_the_parser_calls_empty():
+    import re
+
+    from harness.backends.base import Constraint
+    from judges.rubric import RubricParseError, parse_rubric, rubric_schema
+
+    pattern = rubric_schema()["items"]["properties"]["criterion"]["pattern"]
+    for blank in (" ", "  .", "!?", "\t,"):
+        assert not re.search(pattern, blank)
+        with pytest.raises(RubricParseError, match="criterion is empty"):
+            parse_rubric(json.dumps([{"criterion": blank, "weight": 2}]))
+    assert re.search(pattern, "Is it right?")
+    assert Constraint.json_schema(rubric_schema()).schema == rubric_schema()
