@@ -31,8 +31,8 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# Exit code 1 means the run finished but some cells hold recorded failures (the 135M model rarely writes a parsable
-# rubric); the table and the failure summary are printed either way, so only 2 (bad input) fails the demo.
+# Exit code 1 means the run finished but some cells hold recorded failures (a 135M model's rubric can still be
+# cut off by its budget); the table and the failure summary are printed either way, so only 2 (bad input) fails the demo.
 demo: install
 	$(BIN)/harness run table1 --preset cpu --limit 3 --seeds 2 $(if $(DATA),--data-dir $(DATA) --skip-unavailable) \
 		--out runs/demo || [ $$? -eq 1 ]

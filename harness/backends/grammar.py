@@ -70,9 +70,12 @@ class TokenMask:
             raise ConfigError(f"cannot compile the {constraint.kind} constraint: {matcher.get_error()}")
         return matcher
 
-    def allowed(self, matcher: Any) -> Any:
-        """The tokens the matcher allows next, as a numpy bool array over the tokenizer's vocabulary."""
-        import numpy as np
+    @property
+    def words(self) -> int:
+        """int32 words of one row's bitmask (32 tokens per word)."""
+        return (self.vocab_size + 31) // 32
 
-        bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
-        return np.unpackbits(bits, bitorder="little")[: self.vocab_size].astype(bool)
+    def fill(self, matcher: Any, row: Any) -> None:
+        """Write the tokens the matcher allows next into `row`, a contiguous int32 CPU tensor of `words` words
+        (bit b of word w: token 32 w + b)."""
+        matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())

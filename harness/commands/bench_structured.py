@@ -9,8 +9,11 @@ twice, free and constrained, on one backend loaded once (the call cache is bypas
 - `batched`: one answer sheet per response, parsed with `parse_answer_sheet`.
 
 Per task and output: requests, parse failures (no re-ask here: the raw rate), completion tokens, wall time and
-decode throughput (completion tokens / s), the constrained/free throughput ratio, and for the verifier tasks the
-agreement of the constrained verdicts with the free ones where both parsed. Both conditions of a task run back to
+decode throughput (completion tokens per second after the prompt: the wall time of the same requests with one new
+token each is subtracted, since constrained answers are often shorter and the prompt would otherwise weigh more),
+the constrained/free throughput ratio (requests run one at a time, so rows that end early do not wait in a batch),
+and for the verifier tasks the agreement of the constrained verdicts with
+the free ones, verdict by verdict, where both parsed. Both conditions of a task run back to
 back in the same process, so the ratio is measured in one run. Free first, so a warm-up advantage, if any, goes to
 the constrained side's baseline.
 """
@@ -33,12 +36,16 @@ class TaskResult:
     parse_failures: int
     completion_tokens: int
     wall_s: float
+    prefill_s: float
+    """Wall time of the same requests with one new token each: the prompt's share, left out of `tokens_per_s`."""
     answers: tuple[object, ...]
     """Parsed answers (None where parsing failed), aligned across the two conditions of a task."""
 
     @property
     def tokens_per_s(self) -> float:
-        return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
+        """Decode throughput: completion tokens per second of generation after the prompt."""
+        decode = self.wall_s - self.prefill_s
+        return self.completion_tokens / decode if decode > 0 else 0.0
 
 
 def _requests(task: str, *, structured: bool, prompt: str, responses: list[str], rubric, rubrics: int,
@@ -97,9 +104,17 @@ async def run_bench_structured(
             for structured in (False, True):
                 requests, parse = _requests(task, structured=structured, prompt=prompt, responses=texts,
                                             rubric=rubric, rubrics=rubrics, max_tokens=max_tokens)
-                start = time.perf_counter()
-                out = await backend.generate(requests)
-                wall = time.perf_counter() - start
+                # One request at a time: a batch would also time the rows that finished early waiting for the
+                # rest, and constrained answers end at different lengths.
+                prefill = wall = 0.0
+                out = []
+                for r in requests:
+                    start = time.perf_counter()
+                    await backend.generate([GenerateRequest(r.messages, SamplingParams(max_tokens=1), r.assistant_prefix)])
+                    prefill += time.perf_counter() - start
+                    start = time.perf_counter()
+                    out += await backend.generate([r])
+                    wall += time.perf_counter() - start
                 answers = []
                 for request, completion in zip(requests, out):
                     try:
@@ -108,7 +123,7 @@ async def run_bench_structured(
                         answers.append(None)
                 results.append(TaskResult(
                     task, "constrained" if structured else "free", len(requests), sum(a is None for a in answers),
-                    sum(c.usage.completion_tokens for c in out), wall, tuple(answers),
+                    sum(c.usage.completion_tokens for c in out), wall, prefill, tuple(answers),
                 ))
     finally:
         await backend.close()
@@ -118,11 +133,12 @@ async def run_bench_structured(
 def format_bench_structured(results: list[TaskResult], *, spec: str) -> str:
     lines = [
         f"model {spec}: each task free, then under its constraint (call cache bypassed)",
-        f"{'task':<10} {'output':<12} {'requests':>8} {'parse fail':>10} {'compl tok':>9} {'wall s':>8} {'tok/s':>7}",
+        f"{'task':<10} {'output':<12} {'requests':>8} {'parse fail':>10} {'compl tok':>9} {'wall s':>8} "
+        f"{'prompt s':>8} {'tok/s':>7}",
     ]
     for r in results:
         lines.append(f"{r.task:<10} {r.output:<12} {r.requests:>8} {r.parse_failures:>10} {r.completion_tokens:>9} "
-                     f"{r.wall_s:>8.2f} {r.tokens_per_s:>7.1f}")
+                     f"{r.wall_s:>8.2f} {r.prefill_s:>8.2f} {r.tokens_per_s:>7.1f}")
     for free, constrained in zip(results[0::2], results[1::2]):
         ratio = constrained.tokens_per_s / free.tokens_per_s if free.tokens_per_s else float("nan")
         line = (f"{free.task}: parse failures {free.parse_failures}/{free.requests} free, "
@@ -130,6 +146,8 @@ def format_bench_structured(results: list[TaskResult], *, spec: str) -> str:
                 f"decode throughput constrained/free {ratio:.2f}x")
         if free.task != "rubric":
             pairs = [(a, b) for a, b in zip(free.answers, constrained.answers) if a is not None and b is not None]
+            if free.task == "batched":  # sheets: compare verdict by verdict
+                pairs = [(x, y) for a, b in pairs for x, y in zip(a, b)]
             agree = sum(a == b for a, b in pairs) / len(pairs) if pairs else float("nan")
             line += f"; verdicts agree with free {agree:.2f} ({len(pairs)} parsed in both)"
         lines.append(line)
