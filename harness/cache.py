@@ -18,9 +18,10 @@ import math
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from harness.backends.base import (
     Backend,
@@ -37,6 +38,9 @@ from harness.backends.base import (
 )
 from harness.errors import HarnessError
 from harness.paths import call_cache_path
+
+R = TypeVar("R")
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -358,28 +362,29 @@ class CachedBackend:
             self.cache.put_many(to_store)
         return results  # type: ignore[return-value]
 
-    async def next_token_logprobs(
-        self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
-    ) -> list[LogprobResult]:
+    async def _one_key_each(
+        self,
+        op: str,
+        requests: Sequence[R],
+        payloads: Sequence[dict],
+        call: Callable[[list[R]], Awaitable[list[T]]],
+        load: Callable[[R, object], T],
+        store: Callable[[R, T], object | None],
+    ) -> list[T]:
+        """An operation with one cache entry per request (`next_token_logprobs`, `score`): answer what the cache
+        holds (`load(request, stored)`), `call` the backend for the rest, and keep what `store(request, result)`
+        returns for a result (None: a failure, never stored)."""
         if self.cache is None:
             await self.probe()
             self.calls += len(requests)
-            return await self.backend.next_token_logprobs(requests, candidates)
-        cands = sorted(set(candidates))
-        keys = [
-            cache_key(self._identity, "next_token_logprobs", _logprob_payload(r, cands)) for r in requests
-        ]
+            return await call(list(requests))
+        keys = [cache_key(self._identity, op, payload) for payload in payloads]
         found = self.cache.get_many(keys)
-        results: list[LogprobResult | None] = [None] * len(requests)
+        results: list[T | None] = [None] * len(requests)
         todo = []
         for idx, key in enumerate(keys):
             if key in found:
-                stored = found[key]
-                if requests[idx].branches:  # a list of per-branch dicts
-                    branches = tuple(_loaded_logprobs(b) for b in stored)
-                    results[idx] = LogprobResult({}, None, cached=True, branches=branches)
-                else:
-                    results[idx] = LogprobResult(_loaded_logprobs(stored), None, cached=True)
+                results[idx] = load(requests[idx], found[key])
             else:
                 todo.append(idx)
         self.hits += len(requests) - len(todo)
@@ -387,47 +392,53 @@ class CachedBackend:
         self.cache.count(hits=len(requests) - len(todo), misses=len(todo))
         if todo:
             await self.probe()
-            fresh = await self.backend.next_token_logprobs([requests[i] for i in todo], cands)
-            to_store = []
+            fresh = await call([requests[i] for i in todo])
             label = _model_label(self._identity)
+            to_store = []
             for idx, result in zip(todo, fresh):
-                n_branches = len(requests[idx].branches)
-                if result.ok and len(result.branches) == n_branches:
-                    stored: object = (
-                        [_stored_logprobs(b) for b in result.branches]
-                        if n_branches
-                        else _stored_logprobs(result.logprobs)
-                    )
-                    to_store.append((keys[idx], label, stored))
+                value = store(requests[idx], result)
+                if value is not None:
+                    to_store.append((keys[idx], label, value))
                 results[idx] = result
             self.cache.put_many(to_store)
         return results  # type: ignore[return-value]
 
+    async def next_token_logprobs(
+        self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
+    ) -> list[LogprobResult]:
+        cands = sorted(set(candidates))
+
+        def load(request: LogprobRequest, stored: object) -> LogprobResult:
+            if request.branches:  # a list of per-branch dicts
+                branches = tuple(_loaded_logprobs(b) for b in stored)  # type: ignore[union-attr]
+                return LogprobResult({}, None, cached=True, branches=branches)
+            return LogprobResult(_loaded_logprobs(stored), None, cached=True)  # type: ignore[arg-type]
+
+        def store(request: LogprobRequest, result: LogprobResult) -> object | None:
+            n_branches = len(request.branches)
+            if not result.ok or len(result.branches) != n_branches:
+                return None
+            return [_stored_logprobs(b) for b in result.branches] if n_branches else _stored_logprobs(result.logprobs)
+
+        return await self._one_key_each(
+            "next_token_logprobs",
+            requests,
+            [_logprob_payload(r, cands) for r in requests],
+            lambda todo: self.backend.next_token_logprobs(todo, cands),
+            load,
+            store,
+        )
+
     async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
-        if self.cache is None:
-            await self.probe()
-            self.calls += len(requests)
-            return await self.backend.score(requests)
-        keys = [cache_key(self._identity, "score", _score_payload(r)) for r in requests]
-        found = self.cache.get_many(keys)
-        results: list[ScoreResult | None] = [None] * len(requests)
-        todo = []
-        for idx, key in enumerate(keys):
-            if key in found:
-                results[idx] = _loaded_score(found[key])  # type: ignore[arg-type]
-            else:
-                todo.append(idx)
-        self.hits += len(requests) - len(todo)
-        self.calls += len(todo)
-        self.cache.count(hits=len(requests) - len(todo), misses=len(todo))
-        if todo:
-            await self.probe()
-            fresh = await self.backend.score([requests[i] for i in todo])
-            label = _model_label(self._identity)
-            to_store = []
-            for idx, result in zip(todo, fresh):
-                if result.ok and result.score is not None and math.isfinite(result.score):
-                    to_store.append((keys[idx], label, _stored_score(result)))
-                results[idx] = result
-            self.cache.put_many(to_store)
-        return results  # type: ignore[return-value]
+        def store(request: ScoreRequest, result: ScoreResult) -> object | None:
+            ok = result.ok and result.score is not None and math.isfinite(result.score)
+            return _stored_score(result) if ok else None
+
+        return await self._one_key_each(
+            "score",
+            requests,
+            [_score_payload(r) for r in requests],
+            self.backend.score,
+            lambda request, stored: _loaded_score(stored),  # type: ignore[arg-type]
+            store,
+        )
