@@ -292,10 +292,6 @@ def compare_runs(base_dir: Path, cand_dir: Path, cfg: CompareConfig | None = Non
     return result
 
 
-def _points(metric: Metric, value: float) -> str:
-    return metric.format(value)
-
-
 def render_markdown(result: Comparison) -> str:
     lines = [f"### Comparison: {result.candidate} against {result.base}", ""]
     if result.differences:
@@ -316,8 +312,8 @@ def render_markdown(result: Comparison) -> str:
         p = f"{c.mcnemar['p']:.3g} ({c.mcnemar['base_only']}/{c.mcnemar['candidate_only']})" if c.mcnemar else "-"
         verdict = f"**{c.verdict}**" if c.verdict != "no significant change" else c.verdict
         lines.append(
-            f"| {c.row} | {bench.display} | {metric.display} | {_points(metric, c.base)} | "
-            f"{_points(metric, c.candidate)} | {c.diff * 100:+.2f} | [{c.ci_low * 100:+.2f}, {c.ci_high * 100:+.2f}] | "
+            f"| {c.row} | {bench.display} | {metric.display} | {metric.format(c.base)} | "
+            f"{metric.format(c.candidate)} | {c.diff * 100:+.2f} | [{c.ci_low * 100:+.2f}, {c.ci_high * 100:+.2f}] | "
             f"{c.margin:g} | {p} | {verdict} |"
         )
     cfg = result.config
