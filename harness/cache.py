@@ -260,18 +260,26 @@ def _loaded_score(stored: dict) -> ScoreResult:
 
 
 def _sample_value(completion: Completion, i: int) -> object:
-    """What the cache stores for sample i: the text, or text plus token logprobs when they were asked for."""
-    if completion.logprobs is None:
+    """What the cache stores for sample i: the text, or a dict with the text, its token logprobs when they were
+    asked for and `fresh_turn` when the text does not continue the request's prefill."""
+    if completion.logprobs is None and completion.continues_prefix:
         return completion.texts[i]
-    return {"text": completion.texts[i], "logprobs": [t.to_json() for t in completion.logprobs[i]]}
+    value: dict[str, object] = {"text": completion.texts[i]}
+    if completion.logprobs is not None:
+        value["logprobs"] = [t.to_json() for t in completion.logprobs[i]]
+    if not completion.continues_prefix:
+        value["fresh_turn"] = True
+    return value
 
 
 def _completion_from(values: list[object], *, with_logprobs: bool, cached: bool, usage: Usage) -> Completion:
-    if not with_logprobs:
-        return Completion(tuple(values), usage, None, cached=cached)  # type: ignore[arg-type]
-    texts = tuple(v["text"] for v in values)  # type: ignore[index]
-    logprobs = tuple(tuple(TokenLogprob.from_json(t) for t in v["logprobs"]) for v in values)  # type: ignore[index]
-    return Completion(texts, usage, None, cached=cached, logprobs=logprobs)
+    entries = [v if isinstance(v, dict) else {"text": v} for v in values]
+    texts = tuple(e["text"] for e in entries)
+    logprobs = None
+    if with_logprobs:
+        logprobs = tuple(tuple(TokenLogprob.from_json(t) for t in e["logprobs"]) for e in entries)
+    fresh = any(e.get("fresh_turn") for e in entries)
+    return Completion(texts, usage, None, cached=cached, logprobs=logprobs, continues_prefix=not fresh)
 
 
 class CachedBackend:
@@ -301,6 +309,9 @@ class CachedBackend:
 
     def check_score(self, head: ScoreHead) -> None:
         self.backend.check_score(head)
+
+    def capabilities(self) -> dict[str, str]:
+        return self.backend.capabilities()
 
     async def probe(self) -> None:
         """Probe the backend once (concurrent callers wait for, or re-raise, the same probe's outcome)."""

@@ -84,6 +84,8 @@ class LoopSummary:
     backend_calls: int = 0
     cache_hits: int = 0
     seconds: float = 0.0
+    lacking: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Model spec -> what its backend was found to lack, and how requests coped (`Backend.capabilities`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +97,10 @@ class LoopSummary:
             f"{self.skipped} already done); backend calls: {self.backend_calls}, cache hits: {self.cache_hits}; "
             f"{self.seconds:.1f} s"
         )
+
+    def lacking_lines(self) -> list[str]:
+        """What the backends lacked, one line per model and feature (empty when none lacked anything)."""
+        return [f"{spec}: {feature}: {how}" for spec, lacks in self.lacking.items() for feature, how in lacks.items()]
 
     def failure_lines(self, out: str) -> list[str]:
         """Which records could not be evaluated and why, and what a rerun does about it (empty when none)."""
@@ -132,7 +138,8 @@ async def run_loop(
         noun: What a record is called in messages.
         label: The progress bar's label.
         retry_failed: Redo records with final (parse) failures too.
-        counters: Anything with `calls` and `hits` (the backend pool): the summary reports their growth.
+        counters: Anything with `calls` and `hits` (the backend pool): the summary reports their growth, and
+            what its backends lack (`capabilities()`, where it has one).
 
     Raises:
         Interrupted: on Ctrl-C or SIGTERM, saying how many records are saved.
@@ -149,6 +156,7 @@ async def run_loop(
         _tally(summary, units, log)
         if counters is not None:
             summary.backend_calls, summary.cache_hits = counters.calls - calls0, counters.hits - hits0
+            summary.lacking = counters.capabilities() if hasattr(counters, "capabilities") else {}
         summary.seconds = time.perf_counter() - started
         output.summary = summary.to_json()
         return summary

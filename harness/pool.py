@@ -29,6 +29,7 @@ class BackendPool:
         self._backends: dict[str, CachedBackend] = {}
         self._closed_calls = 0
         self._closed_hits = 0
+        self._lacks: dict[str, dict[str, str]] = {}
 
     def get(self, spec: str, *, overrides: Mapping[str, Any] | None = None) -> CachedBackend:
         """The cached backend for `spec` (with `overrides` of the pool's `BackendOptions` fields), built on first use.
@@ -54,6 +55,13 @@ class BackendPool:
         (computed without loading any weights)."""
         return {spec: backend.identity() for spec, backend in self._backends.items()}
 
+    def capabilities(self) -> dict[str, dict[str, str]]:
+        """Model spec -> what its backend was found to lack (`Backend.capabilities`), for the backends that lack
+        something; kept after `close`."""
+        found = {spec: backend.capabilities() for spec, backend in self._backends.items()}
+        self._lacks.update({spec: lacks for spec, lacks in found.items() if lacks})
+        return dict(self._lacks)
+
     @property
     def calls(self) -> int:
         """Requests sent to backends so far (cache misses)."""
@@ -65,6 +73,7 @@ class BackendPool:
         return self._closed_hits + sum(b.hits for b in self._backends.values())
 
     async def close(self) -> None:
+        self.capabilities()  # what the backends found outlives them
         for backend in self._backends.values():
             await backend.close()
         self._closed_calls, self._closed_hits = self.calls, self.hits  # the counts outlive the backends

@@ -4,7 +4,8 @@ Every verb that writes results (`generate`, `score`, `run`, `eval`) writes an *o
 
     file output (generate, score)     run directory (run, eval)
     out.jsonl                          DIR/records.jsonl        one record per line (`harness.records`)
-    out.jsonl.manifest.json            DIR/manifest.json        settings, resolved config, versions, sessions
+    out.jsonl.manifest.json            DIR/manifest.json        settings, resolved config, versions, sessions,
+                                                                what the backends lacked (`lacking`)
     out.jsonl.lock                     DIR/lock                 who writes it now (`harness.lock`)
 
 **The binding rule.** An output holds results of exactly one set of *settings*: everything that changes what a
@@ -197,6 +198,13 @@ class Manifest:
         data["sessions"][-1]["status"] = status
         if summary is not None:
             data["summary"] = redact(dict(summary))
+            lacking = redact(dict(summary.get("lacking") or {}))
+            if lacking:  # what the servers lacked, per session and over all sessions (the latest word per feature)
+                data["sessions"][-1]["lacking"] = lacking
+                merged = data.get("lacking") or {}
+                for spec, lacks in lacking.items():
+                    merged[spec] = {**merged.get(spec, {}), **lacks}
+                data["lacking"] = merged
         if error is not None:
             data["error"] = redact(error)
         else:

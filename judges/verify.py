@@ -6,8 +6,8 @@
   prefilled with `1:`, end-of-sequence is held back until the sheet has had room for every line
   (`min_tokens = SHEET_TOKENS_PER_ITEM * M - 3`, a lower bound for common tokenizers) and generation stops at
   a blank line or at line M+1: small models that know the format but end after two or three lines then write
-  whole sheets. (Servers that ignore the prefill answer in a fresh turn; such a sheet, starting with `1:`
-  itself, is read as it is.)
+  whole sheets. (A server that cannot prefill is asked for the whole sheet, `1:` included, and its answer is
+  read as written: `Completion.continues_prefix`.)
 - `logprob`: the `per_item` question, read from the next-token distribution instead of generated. One request
   per response (K) carries the M items as branches of one context (`LogprobRequest.branches`): the prompt and
   response come first and are computed once where the backend allows (`hf`: one KV cache per response; `vllm`
@@ -35,7 +35,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harness.backends.base import Backend, Constraint, GenerateRequest, LogprobRequest, Message, SamplingParams
+from harness.backends.base import (
+    Backend,
+    Constraint,
+    GenerateRequest,
+    LogprobRequest,
+    Message,
+    SamplingParams,
+    assistant_text,
+)
 from harness.errors import Failure, FailureCategory
 from judges.base import StageFailure
 from judges.rubric import Rubric
@@ -51,7 +59,6 @@ __all__ = [
     "VerdictParseError",
     "VerifyMode",
     "ask_all",
-    "continue_prefill",
     "item_question_parts",
     "p_yes",
     "parse_answer_sheet",
@@ -174,7 +181,7 @@ class Ask:
     retry: Callable[[str], str]
     """The user message of the re-ask, given the complaint."""
     prefix: str = ""
-    """A prefill for the assistant turn (sent on the re-ask too); see `continue_prefill`."""
+    """A prefill for the assistant turn (sent on the re-ask too); see `assistant_text`."""
     result: Any = None
     failure: Failure | None = None
     texts: list[str] = field(default_factory=list)
@@ -183,19 +190,11 @@ class Ask:
     """The complaint sent on the re-ask, if any."""
 
 
-def continue_prefill(prefix: str, text: str) -> str:
-    """The whole answer to a prefilled request: `prefix + text`, or `text` alone when it already starts with
-    the prefix (a server that ignored the prefill and answered in a fresh turn)."""
-    if prefix and not text.lstrip().startswith(prefix):
-        return prefix + text
-    return text
-
-
 async def ask_all(backend: Backend, asks: Sequence[Ask]) -> tuple[int, int]:
     """Send every ask in one `generate` batch, re-ask the unreadable ones once (again in one batch).
 
     Each ask ends with `result` set or `failure` set (the backend's own, or PARSE after the re-ask). `parse`
-    sees the answer with its prefill joined on (`continue_prefill`).
+    sees the whole answer, its prefill joined on where the backend continued it (`assistant_text`).
 
     Returns:
         (requests sent, requests not served by the call cache).
@@ -219,7 +218,7 @@ async def ask_all(backend: Backend, asks: Sequence[Ask]) -> tuple[int, int]:
             if len(c.texts) != 1:
                 a.failure = Failure(FailureCategory.MALFORMED_RESPONSE, f"expected 1 text, got {len(c.texts)}")
                 continue
-            text = continue_prefill(a.prefix, c.texts[0])
+            text = assistant_text(a.prefix, c)
             a.texts.append(text)
             try:
                 a.result = a.parse(text)

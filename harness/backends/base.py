@@ -83,6 +83,24 @@ class Constraint:
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "spec": self.spec, "think": self.think}
 
+    def after_prefix(self, prefix: str) -> Constraint | None:
+        """The constraint on a whole assistant turn that must start with `prefix` and continue under this
+        constraint (for a server that cannot continue a prefilled turn, so the turn is asked for whole): a regex
+        or a choice with the prefix in front; None for a JSON schema (no schema can say "this text, then JSON")."""
+        if not prefix:
+            return self
+        if self.kind == "regex":
+            return Constraint.regex(regex_literal(prefix) + "(" + self.spec + ")", think=self.think)
+        if self.kind == "choice":
+            return Constraint.choice([prefix + option for option in self.options], think=self.think)
+        return None
+
+
+def regex_literal(text: str) -> str:
+    """`text` as a regular expression matching exactly it, escaping only the metacharacters every dialect shares
+    (Python's `re.escape` also escapes characters some engines refuse to see escaped)."""
+    return "".join("\\" + c if c in "\\.^$|?*+()[]{}" else c for c in text)
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
@@ -146,9 +164,9 @@ class GenerateRequest:
     assistant_prefix: str = ""
     """Text the assistant turn starts with (a prefill); the completion continues it and does not repeat it.
 
-    `hf` and `vllm` render it after the generation prompt. `openai` sends it as a trailing assistant
-    message, which only some servers continue; others answer in a fresh turn, so readers of the text must
-    accept both."""
+    `hf` and `vllm` render it after the generation prompt. `openai` sends it in the form the server was found
+    to continue; a server that continues none is asked without it (the constraint, if any, then covers the
+    prefix too: `Constraint.after_prefix`) and the completion says so (`Completion.continues_prefix`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +211,21 @@ class Completion:
     """True when every sample came from the call cache."""
     logprobs: tuple[tuple[TokenLogprob, ...], ...] | None = None
     """Per sample, the generated tokens with their top alternatives; set only when `params.logprobs > 0`."""
+    continues_prefix: bool = True
+    """Whether the texts continue the request's `assistant_prefix`. False when the backend could not prefill
+    (a server that opens a new turn after an assistant message): the request went without the prefix and the
+    texts are whole answers, so the prefix must not be joined onto them."""
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+def assistant_text(prefix: str, completion: Completion, i: int = 0) -> str:
+    """The whole assistant turn of sample `i`: `prefix + text` when the completion continues the prefill, else
+    the text as written (a backend that could not prefill asked for the whole turn; never glue the prefix on)."""
+    text = completion.texts[i]
+    return prefix + text if completion.continues_prefix else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +345,7 @@ class Backend(Protocol):
     """What every model backend implements.
 
     Call sites use exactly these members: `kind`, `model`, `identity()`, `generate(...)`,
-    `next_token_logprobs(...)`, `score(...)`, `check_score(...)`, `probe()` and `close()`.
+    `next_token_logprobs(...)`, `score(...)`, `check_score(...)`, `capabilities()`, `probe()` and `close()`.
     """
 
     kind: str
@@ -352,6 +381,12 @@ class Backend(Protocol):
         Raises:
             ConfigError: saying why.
         """
+        ...
+
+    def capabilities(self) -> dict[str, str]:
+        """What this backend was found to lack so far, each with how requests cope (`{"n > 1": "unsupported
+        (...): one request per sample"}`); empty when it lacks nothing. Servers are probed on first use, so
+        this grows during a run; the run's manifest records it."""
         ...
 
     async def probe(self) -> None:

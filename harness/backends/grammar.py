@@ -1,4 +1,5 @@
-"""One grammar per `Constraint`, in llguidance's Lark dialect, for every local backend.
+"""One grammar per `Constraint`, in llguidance's Lark dialect, for every local backend (and GBNF for llama.cpp's
+servers, `gbnf_grammar`).
 
 `hf` masks its logits with an llguidance matcher built from it (`TokenMask`); `vllm` passes the same text to its
 `guidance` structured-output backend (llguidance too), so both local backends decode under the same grammar.
@@ -33,6 +34,132 @@ def lark_grammar(constraint: Constraint) -> str:
         body = "body: " + " | ".join(json.dumps(o) for o in constraint.options)
     head = "start: think? /[ \\t\\r\\n]*/ body\n" + THINK_RULES if constraint.think else "start: body\n"
     return head + body + "\n"
+
+
+def gbnf_grammar(constraint: Constraint) -> str:
+    """The constraint as a GBNF grammar (llama.cpp's servers: the `grammar` request field), for a choice or a
+    regex of the common subset: literals and escapes, `.`, classes `[...]`, groups `(...)` / `(?:...)`,
+    alternation and the quantifiers `? * + {m} {m,} {m,n}`. The reasoning block is not part of it (servers apply
+    a constraint to the answer their reasoning parser leaves).
+
+    Raises:
+        ConfigError: for a JSON schema (servers take those as JSON-schema fields) or a regex outside the subset.
+    """
+    if constraint.kind == "choice":
+        return "root ::= " + " | ".join(_gbnf_literal(o) for o in constraint.options) + "\n"
+    if constraint.kind != "regex":
+        raise ConfigError("a JSON schema is not sent as GBNF (servers take it in a response_format field)")
+    parser = _RegexToGbnf(constraint.spec)
+    body = parser.alternation()
+    if parser.pos != len(parser.text):
+        raise ConfigError(f"unbalanced ')' at {parser.pos} in the regex {constraint.spec!r}")
+    return f"root ::= {body}\n"
+
+
+def _gbnf_literal(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # GBNF strings take JSON's escapes (\n, \", \\)
+
+
+class _RegexToGbnf:
+    """A recursive-descent translation of the regex subset `gbnf_grammar` names (runs of plain characters become
+    one string literal)."""
+
+    _ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
+    _CLASS_ESCAPES = "nrt\\]-^["
+
+    def __init__(self, text: str) -> None:
+        self.text, self.pos = text, 0
+
+    def _fail(self, what: str) -> ConfigError:
+        return ConfigError(f"the regex {self.text!r} uses {what} (at {self.pos}), which has no GBNF translation")
+
+    def alternation(self) -> str:
+        branches = [self.sequence()]
+        while self.pos < len(self.text) and self.text[self.pos] == "|":
+            self.pos += 1
+            branches.append(self.sequence())
+        return branches[0] if len(branches) == 1 else "(" + " | ".join(b or '""' for b in branches) + ")"
+
+    def sequence(self) -> str:
+        parts: list[str] = []
+        literal = ""  # plain characters not yet written
+        while self.pos < len(self.text) and self.text[self.pos] not in "|)":
+            atom, is_char = self.atom()
+            quantifier = self.quantifier()
+            if is_char and not quantifier:
+                literal += atom
+                continue
+            if literal:
+                parts.append(_gbnf_literal(literal))
+                literal = ""
+            parts.append((_gbnf_literal(atom) if is_char else atom) + quantifier)
+        if literal:
+            parts.append(_gbnf_literal(literal))
+        return " ".join(parts)
+
+    def atom(self) -> tuple[str, bool]:
+        """The next atom: (a plain character, True) or (a GBNF expression, False)."""
+        text, n = self.text, len(self.text)
+        c = text[self.pos]
+        self.pos += 1
+        if c == "(":
+            if text.startswith("?:", self.pos):
+                self.pos += 2
+            elif text.startswith("?", self.pos):
+                raise self._fail("a group extension")
+            inner = self.alternation()
+            if self.pos >= n or text[self.pos] != ")":
+                raise self._fail("an unclosed group")
+            self.pos += 1
+            return f"({inner or chr(34) * 2})", False
+        if c == "[":
+            i = self.pos + (self.pos < n and text[self.pos] == "^")
+            i += i < n and text[i] == "]"  # a leading "]" is a member
+            while i < n and text[i] != "]":
+                if text[i] == "\\":
+                    if i + 1 >= n or text[i + 1] not in self._CLASS_ESCAPES:
+                        raise self._fail("an escape inside a class other than \\n \\r \\t \\\\ \\] \\- \\^ \\[")
+                    i += 1
+                i += 1
+            if i >= n:
+                raise self._fail("an unclosed class")
+            body, self.pos = text[self.pos:i], i + 1
+            return f"[{body}]", False
+        if c == ".":
+            return "[^\\n]", False
+        if c == "\\":
+            if self.pos >= n:
+                raise self._fail("a trailing backslash")
+            e = text[self.pos]
+            self.pos += 1
+            if e in self._ESCAPES:
+                return self._ESCAPES[e], True
+            if e.isalnum():
+                raise self._fail(f"the escape \\{e}")
+            return e, True
+        if c in "^$":
+            raise self._fail("an anchor")
+        if c in "?*+{":
+            raise self._fail("a quantifier with nothing before it")
+        return c, True
+
+    def quantifier(self) -> str:
+        if self.pos >= len(self.text):
+            return ""
+        c = self.text[self.pos]
+        if c in "?*+":
+            self.pos += 1
+            if self.pos < len(self.text) and self.text[self.pos] in "?+":
+                raise self._fail("a lazy or possessive quantifier")
+            return c
+        if c == "{":
+            end = self.text.find("}", self.pos)
+            counts = [x.strip() for x in self.text[self.pos + 1:end].split(",")] if end > 0 else []
+            if not 1 <= len(counts) <= 2 or not counts[0].isdigit() or not all(x.isdigit() or not x for x in counts):
+                raise self._fail("a malformed {m,n}")
+            self.pos = end + 1
+            return "{" + ",".join(counts) + "}"
+        return ""
 
 
 def _llguidance() -> Any:

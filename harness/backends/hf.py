@@ -140,6 +140,7 @@ class HFBackend:
         self._tok: Any = None
         self._classifier = False
         self._mask: Any = None
+        self._lacks: dict[str, str] = {}
         self._config: dict[str, Any] = {}
         self._closed = False
         self.loads = 0
@@ -254,6 +255,10 @@ class HFBackend:
         one other than `auto` was asked for."""
         return dict(self._identity)
 
+    def capabilities(self) -> dict[str, str]:
+        """Empty, unless structured output proved unavailable for this tokenizer."""
+        return dict(self._lacks)
+
     async def probe(self) -> None:
         """Load the model (the call cache probes a backend before its first uncached request)."""
         await asyncio.to_thread(self.load)
@@ -343,6 +348,7 @@ class HFBackend:
                 log.warning("structured output unavailable for hf model %s (%s): generating without the "
                             "constraint; the output's parser still checks it", self.model, exc)
                 self._mask = False
+                self._lacks["structured output"] = f"unsupported ({exc}): plain generation, the parser reads it"
         return self._mask
 
     def _constraint(self, constraint: Constraint | None) -> tuple[Constraint | None, Failure | None]:

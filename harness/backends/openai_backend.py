@@ -17,13 +17,27 @@ instead, so that every request ends as a completion or a categorised `Failure`, 
   server that reports the token holding a stop string), tokens that start at or after the text's end are
   dropped. A server that answers without them fails the request as UNSUPPORTED.
 - `options.timeout` bounds each attempt as a whole (connect, send, wait, read).
-- A request's `assistant_prefix` is sent as a trailing assistant message (servers that continue it treat it
-  as a prefill; others answer in a new turn). `min_tokens` is not sent: it is not part of the OpenAI API.
-- `params.constraint` (structured output) goes out in the first form the server accepts (`STRUCTURED_FORMS`:
-  `response_format` `json_schema`, then llama.cpp's `json_object` + `schema`; for a regex or a choice vLLM's
-  `structured_outputs`, then `guided_*`), found with one attempt per form on the first constrained request of
-  each kind and then kept; a server that accepts none gets plain requests (logged once, listed in
-  `capabilities()`), and the caller's parser reads the text either way.
+- What servers differ in is probed, not assumed, on the first request that needs it (one-token probes, each
+  once per backend, under a lock so concurrent requests wait for the answer), kept in `probed()`, and what a
+  server lacks is listed by `capabilities()` (the run prints it once and records it in the manifest):
+  - `n > 1`: a server that answers `n: 2` with one choice (or refuses it) gets one request per sample, sample i
+    seeded with `sample_seed(seed, i)` as the local backends do.
+  - assistant prefill (`assistant_prefix`): sent in the first of `PREFILL_FORMS` the server continues, judged by
+    the prompt tokens it reports (a continued turn counts as many as the prefix written at the end of the user
+    turn; a new turn adds its end-of-turn and header tokens). A server that continues none is asked without the
+    prefix (a constraint then covers the prefix too, `Constraint.after_prefix`) and the completion says
+    `continues_prefix=False`, so the caller reads the answer whole instead of gluing the prefix on. A logprob
+    request with a prefix fails there as UNSUPPORTED.
+  - `top_logprobs`: asked with the larger of 20 and `options.top_logprobs` (5 when that is refused); later
+    requests ask for at most what the server accepted, a server that lists fewer than asked is noted, and one
+    without token logprobs fails logprob requests as UNSUPPORTED without sending them. `min_tokens` is not sent: it is not part of the OpenAI API.
+  - structured output (`params.constraint`): the first form the server accepts (`STRUCTURED_FORMS`:
+    `response_format` `json_schema`, then llama.cpp's `json_object` + `schema`; for a regex or a choice vLLM's
+    `structured_outputs`, then `guided_*`, then a GBNF `grammar` for llama.cpp), found with one attempt per form
+    on the first constrained request of each kind: a form is taken when the server answers 2xx and the answer
+    keeps to the constraint (servers that ignore unknown fields are found out by their answers); a server that
+    takes none gets plain requests, and the caller's parser reads the text either way.
+- `http_requests` counts every HTTP request (attempts and probes), the calls as the server sees them.
 - `score` (a reward model's scalar) is refused with a `ConfigError`: a chat server has no reward-model endpoint.
 
 Requests go through the SDK's generic `client.post(path, body=..., cast_to=<httpx Response>)`, its documented
@@ -39,11 +53,13 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import dataclasses
 import json
 import logging
 import math
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -68,6 +84,7 @@ from harness.backends.base import (
     TokenLogprob,
     Usage,
     chat_to_json,
+    sample_seed,
 )
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory
 from harness.registry import register
@@ -77,16 +94,21 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 STRUCTURED_FORMS: dict[str, tuple[str, ...]] = {
     "json_schema": ("json_schema", "json_object_schema"),
-    "regex": ("structured_outputs", "guided"),
-    "choice": ("structured_outputs", "guided"),
+    "regex": ("structured_outputs", "guided", "gbnf"),
+    "choice": ("structured_outputs", "guided", "gbnf"),
 }
 """How a constraint can be sent, in the order tried: OpenAI's `response_format` `json_schema`; the
-`{"type": "json_object", "schema": ...}` extension (llama.cpp's server); vLLM's `structured_outputs` field and
-its older `guided_regex` / `guided_choice` fields (vLLM, SGLang)."""
+`{"type": "json_object", "schema": ...}` extension (llama.cpp's servers); vLLM's `structured_outputs` field and
+its older `guided_regex` / `guided_choice` fields (vLLM, SGLang); a GBNF `grammar` (llama.cpp's servers,
+`harness.backends.grammar.gbnf_grammar`)."""
 
 
 def structured_fields(constraint: Constraint, form: str) -> dict[str, Any]:
-    """The request-body fields that send `constraint` in `form` (see `STRUCTURED_FORMS`)."""
+    """The request-body fields that send `constraint` in `form` (see `STRUCTURED_FORMS`).
+
+    Raises:
+        ConfigError: when the constraint cannot be written in that form (a regex outside GBNF's reach).
+    """
     if form == "json_schema":
         schema = {"name": constraint.name, "schema": constraint.schema, "strict": True}
         return {"response_format": {"type": "json_schema", "json_schema": schema}}
@@ -97,7 +119,39 @@ def structured_fields(constraint: Constraint, form: str) -> dict[str, Any]:
         return {"structured_outputs": {constraint.kind: value}}
     if form == "guided":
         return {f"guided_{constraint.kind}": value}
+    if form == "gbnf":
+        from harness.backends.grammar import gbnf_grammar
+
+        return {"grammar": gbnf_grammar(constraint)}  # ConfigError for a regex GBNF cannot say
     raise ValueError(f"unknown structured-output form {form!r}")
+PREFILL_FORMS = ("continue_final_message", "prefix_flag", "trailing_message")
+"""How a prefilled assistant turn can be sent, in the order probed: a trailing assistant message with vLLM's and
+SGLang's `continue_final_message: true, add_generation_prompt: false`; with DeepSeek's `prefix: true` on the
+message (its beta endpoint); the trailing message alone (servers that continue it by themselves)."""
+
+
+def prefill_fields(
+    messages: list[dict[str, Any]], prefix: str, form: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The messages and extra body fields that send `prefix` as a prefilled assistant turn in `form`."""
+    turn: dict[str, Any] = {"role": "assistant", "content": prefix}
+    if form == "continue_final_message":
+        return [*messages, turn], {"continue_final_message": True, "add_generation_prompt": False}
+    if form == "prefix_flag":
+        return [*messages, {**turn, "prefix": True}], {}
+    if form == "trailing_message":
+        return [*messages, turn], {}
+    raise ValueError(f"unknown prefill form {form!r}")
+
+
+N_SAMPLES = "n > 1"
+PREFILL = "assistant prefill"
+TOP_LOGPROBS = "top_logprobs"
+TOKEN_LOGPROBS = "token logprobs"
+PROBE_QUESTION = "Say yes."
+"""The user turn of the `n` and `top_logprobs` probes."""
+PREFILL_PROBE = ("Count to ten in words.", " one two three four five six")
+"""The prefill probe's user turn and prefix (common words: one token each after a space in common tokenizers)."""
 _KEY_PLACEHOLDER = "EMPTY"
 _RETRY_AFTER_CAP_S = 60.0
 _PROBE_TIMEOUT_S = 10.0
@@ -154,11 +208,14 @@ class OpenAIBackend:
             options.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         )
         self._key = os.environ.get(options.api_key_env, "")
-        self._structured: dict[str, str | None] = {}
-        """Constraint kind -> the form this server accepted (`STRUCTURED_FORMS`), None when it took none."""
-        self._structured_locks: dict[tuple[int, str], asyncio.Lock] = {}
-        self.unsupported: dict[str, str] = {}
-        """What this server was found not to support, and how it refused (for the run's manifest)."""
+        self._found: dict[str, Any] = {}
+        """Feature -> what this server was found to do: a structured-output or prefill form (None: none taken),
+        whether `n > 1` works, the most `top_logprobs` it lists (0: no logprobs)."""
+        self._lacks: dict[str, str] = {}
+        """Feature -> what it does not do and how requests cope (`capabilities`)."""
+        self._locks: dict[tuple[int, str], asyncio.Lock] = {}
+        self.http_requests = 0
+        """HTTP requests sent (every attempt, probes included): the calls as the server counts them."""
         self._backoff_base_s = backoff_base_s
         self._backoff_cap_s = backoff_cap_s
         self._limit = _AdaptiveLimit(options.concurrency)
@@ -258,17 +315,50 @@ class OpenAIBackend:
     # -- one request -----------------------------------------------------------------------------------------
 
     async def _generate_one(self, request: GenerateRequest) -> Completion:
+        """One chat completion with `n` choices, or one per sample where the server does not do `n > 1`."""
+        try:
+            if request.params.n > 1 and not await self._supports_n():
+                return await self._one_per_sample(request)
+            return await self._complete(request)
+        except Exception as exc:  # a bug or an SDK surprise must not lose the batch
+            return Completion(texts=(), error=self._failure(FailureCategory.BACKEND, repr(exc), 1))
+
+    async def _one_per_sample(self, request: GenerateRequest) -> Completion:
+        """`n` requests of one sample each, sample i seeded with `sample_seed(seed, i)`; any failure fails all."""
+        p = request.params
+        parts = await asyncio.gather(*(
+            self._complete(dataclasses.replace(
+                request, params=dataclasses.replace(p, n=1, seed=sample_seed(p.seed, i))))
+            for i in range(p.n)
+        ))
+        for part in parts:
+            if not part.ok:
+                return part
+        usage = Usage(sum(c.usage.prompt_tokens for c in parts), sum(c.usage.completion_tokens for c in parts))
+        logprobs = tuple(c.logprobs[0] for c in parts) if p.logprobs else None  # type: ignore[index]
+        return Completion(tuple(c.texts[0] for c in parts), usage, logprobs=logprobs,
+                          continues_prefix=parts[0].continues_prefix)
+
+    async def _complete(self, request: GenerateRequest) -> Completion:
         p = request.params
         messages = chat_to_json(request.messages)
-        if request.assistant_prefix:
-            messages.append({"role": "assistant", "content": request.assistant_prefix})
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
             "temperature": p.temperature,
             "top_p": p.top_p,
             "max_tokens": p.max_tokens,
         }
+        constraint = p.constraint
+        continues = True
+        if request.assistant_prefix:
+            form = await self._prefill_form()
+            if form is None:  # asked for the whole turn: the prefix must be written, not glued on
+                continues = False
+                constraint = constraint.after_prefix(request.assistant_prefix) if constraint else None
+            else:
+                messages, fields = prefill_fields(messages, request.assistant_prefix, form)
+                body.update(fields)
+        body["messages"] = messages
         if p.n > 1:  # some servers reject `n` altogether; 1 is everyone's default
             body["n"] = p.n
         if p.seed is not None:
@@ -276,35 +366,48 @@ class OpenAIBackend:
         if p.stop:
             body["stop"] = list(p.stop)
         if p.logprobs:
+            top = await self._top_logprobs(p.logprobs)
+            if isinstance(top, Failure):
+                return Completion(texts=(), error=top)
             body["logprobs"] = True
-            body["top_logprobs"] = p.logprobs
-        try:
-            if p.constraint is not None:
-                payload, attempts = await self._post_structured(body, p.constraint)
-            else:
-                payload, attempts = await self._post_chat(body)
-            if isinstance(payload, Failure):
-                return Completion(texts=(), error=payload)
-            texts = _choice_texts(payload, p.n)
-            if isinstance(texts, str):
-                return Completion(
-                    texts=(), error=self._failure(FailureCategory.MALFORMED_RESPONSE, texts, attempts)
-                )
-            if not p.logprobs:
-                return Completion(texts=texts, usage=_usage(payload))
-            logprobs = _choice_logprobs(payload, texts, p.logprobs)
-            if isinstance(logprobs, Failure):
-                error = self._failure(logprobs.category, logprobs.message, attempts)
-                return Completion(texts=(), error=error)
-            return Completion(texts=texts, usage=_usage(payload), logprobs=logprobs)
-        except Exception as exc:  # a bug or an SDK surprise must not lose the batch
-            return Completion(texts=(), error=self._failure(FailureCategory.BACKEND, repr(exc), 1))
+            body["top_logprobs"] = top
+        if constraint is not None:
+            payload, attempts = await self._post_structured(body, constraint)
+        else:
+            payload, attempts = await self._post_chat(body)
+        if isinstance(payload, Failure):
+            return Completion(texts=(), error=payload)
+        texts = _choice_texts(payload, p.n)
+        if isinstance(texts, str):
+            return Completion(texts=(), error=self._failure(FailureCategory.MALFORMED_RESPONSE, texts, attempts))
+        if not p.logprobs:
+            return Completion(texts=texts, usage=_usage(payload), continues_prefix=continues)
+        logprobs = _choice_logprobs(payload, texts, p.logprobs)
+        if isinstance(logprobs, Failure):
+            return Completion(texts=(), error=self._failure(logprobs.category, logprobs.message, attempts))
+        return Completion(texts=texts, usage=_usage(payload), logprobs=logprobs, continues_prefix=continues)
 
     async def _logprobs_one(self, request: LogprobRequest, candidates: Sequence[str]) -> LogprobResult:
         """One HTTP request per context (branches in parallel); any failure fails the whole request."""
-        found = await asyncio.gather(
-            *(self._context_logprobs(c, request.assistant_prefix, candidates) for c in request.contexts())
-        )
+        try:
+            top = await self._top_logprobs(self.options.top_logprobs)
+            if isinstance(top, Failure):
+                return LogprobResult(logprobs={}, error=top)
+            form = None
+            if request.assistant_prefix:
+                form = await self._prefill_form()
+                if form is None:
+                    why = self._lacks.get(PREFILL, "")
+                    return LogprobResult(logprobs={}, error=Failure(
+                        FailureCategory.UNSUPPORTED,
+                        f"{self._server_label()} does not continue an assistant turn ({why}), so the next token "
+                        f"after the prefix {request.assistant_prefix!r} cannot be scored there",
+                    ))
+        except Exception as exc:  # a bug or an SDK surprise must not lose the batch
+            return LogprobResult(logprobs={}, error=self._failure(FailureCategory.BACKEND, repr(exc), 1))
+        found = await asyncio.gather(*(
+            self._context_logprobs(c, request.assistant_prefix, form, top, candidates) for c in request.contexts()
+        ))
         scored: list[tuple[dict[str, float], int]] = []
         for item in found:
             if isinstance(item, Failure):
@@ -316,29 +419,157 @@ class OpenAIBackend:
         return LogprobResult(logprobs=scored[0][0], usage=usage)
 
     async def _context_logprobs(
-        self, context: Sequence[Message], prefix: str, candidates: Sequence[str]
+        self, context: Sequence[Message], prefix: str, form: str | None, top: int, candidates: Sequence[str]
     ) -> tuple[dict[str, float], int] | Failure:
         messages = chat_to_json(context)
-        if prefix:
-            messages.append({"role": "assistant", "content": prefix})
-        body = {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "logprobs": True,
-            "top_logprobs": self.options.top_logprobs,
-        }
+        body: dict[str, Any] = {"model": self.model, "max_tokens": 1, "temperature": 0.0, "logprobs": True,
+                                "top_logprobs": top}
+        if prefix and form is not None:
+            messages, fields = prefill_fields(messages, prefix, form)
+            body.update(fields)
+        body["messages"] = messages
         try:
             payload, attempts = await self._post_chat(body)
             if isinstance(payload, Failure):
                 return payload
-            top = _first_token_alternatives(payload)
-            if isinstance(top, Failure):
-                return self._failure(top.category, top.message, attempts)
-            return match_candidates(top, candidates), _usage(payload).prompt_tokens
+            alternatives = _first_token_alternatives(payload)
+            if isinstance(alternatives, Failure):
+                return self._failure(alternatives.category, alternatives.message, attempts)
+            return match_candidates(alternatives, candidates), _usage(payload).prompt_tokens
         except Exception as exc:  # a bug or an SDK surprise must not lose the batch
             return self._failure(FailureCategory.BACKEND, repr(exc), 1)
+
+    # -- capabilities, found on first use ---------------------------------------------------------------------
+
+    def capabilities(self) -> dict[str, str]:
+        """What this server was found not to do so far, each with how requests cope (probed on first use)."""
+        return dict(self._lacks)
+
+    def probed(self) -> dict[str, Any]:
+        """Everything found so far: feature -> what the server does (a form, a number, True/False; None: not)."""
+        return dict(self._found)
+
+    def _lock(self, feature: str) -> asyncio.Lock:
+        """The lock under which the first request that needs `feature` finds it out (per event loop)."""
+        return self._locks.setdefault((id(asyncio.get_running_loop()), feature), asyncio.Lock())
+
+    def _lacking(self, feature: str, reason: str) -> None:
+        self._lacks[feature] = reason
+        log.debug("%s: %s %s", self._server_label(), feature, reason)
+
+    async def _probe_post(self, body: dict[str, Any]) -> tuple[dict[str, Any] | Failure, bool]:
+        """A probing request: (the answer or why not, whether the server refused it). An HTTP error status on
+        the first attempt is a refusal of what is being probed (no retry); other faults are retried as usual."""
+        outcome = await self._attempt(body)
+        if not isinstance(outcome, _Fault):
+            return outcome, False
+        if outcome.category in (FailureCategory.BAD_REQUEST, FailureCategory.SERVER_ERROR):
+            return self._failure(outcome.category, outcome.message, 1), True
+        payload, _ = await self._post_chat(body)
+        return payload, False
+
+    async def _supports_n(self) -> bool:
+        """Whether the server returns `n` choices for `n: 2` (probed once: one token each, two choices asked)."""
+        if N_SAMPLES in self._found:
+            return self._found[N_SAMPLES]
+        async with self._lock(N_SAMPLES):
+            if N_SAMPLES not in self._found:
+                body = {"model": self.model, "messages": [{"role": "user", "content": PROBE_QUESTION}],
+                        "max_tokens": 1, "temperature": 1.0, "n": 2}
+                payload, refused = await self._probe_post(body)
+                if isinstance(payload, Failure) and not refused:
+                    return False  # the server is failing, not refusing: this request goes one per sample
+                choices = payload.get("choices") if isinstance(payload, dict) else None
+                self._found[N_SAMPLES] = isinstance(choices, list) and len(choices) >= 2
+                if not self._found[N_SAMPLES]:
+                    how = (f"refused n=2: {payload.message}" if isinstance(payload, Failure)
+                           else f"answered n=2 with {len(choices) if isinstance(choices, list) else 0} choice(s)")
+                    self._lacking(N_SAMPLES, f"unsupported ({how}): one request per sample, each with its "
+                                             "derived seed")
+            return self._found[N_SAMPLES]
+
+    async def _top_logprobs(self, asked: int) -> int | Failure:
+        """How many alternatives to ask for (`asked`, or fewer where the server refuses as many), or the
+        failure of a server without token logprobs (probed once with the larger of 20 and
+        `options.top_logprobs`, then 5 if that is refused)."""
+        if TOP_LOGPROBS not in self._found:
+            async with self._lock(TOP_LOGPROBS):
+                if TOP_LOGPROBS not in self._found:
+                    self._found[TOP_LOGPROBS] = await self._probe_top_logprobs(max(20, self.options.top_logprobs))
+        cap = self._found[TOP_LOGPROBS]
+        if cap == 0:
+            return Failure(FailureCategory.UNSUPPORTED,
+                           f"{self._server_label()} returns no token logprobs ({self._lacks.get(TOKEN_LOGPROBS)})")
+        return min(asked, cap)
+
+    async def _probe_top_logprobs(self, k: int) -> int:
+        refusals = []
+        for ask in dict.fromkeys((k, 5)):
+            body = {"model": self.model, "messages": [{"role": "user", "content": PROBE_QUESTION}],
+                    "max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": ask}
+            payload, refused = await self._probe_post(body)
+            if refused:
+                refusals.append(f"top_logprobs={ask}: {payload.message}")  # type: ignore[union-attr]
+                continue
+            if isinstance(payload, Failure):
+                return ask  # failing, not refusing: the requests themselves will say what happens
+            alternatives = _first_token_alternatives(payload)
+            if isinstance(alternatives, Failure) and alternatives.category is not FailureCategory.UNSUPPORTED:
+                return ask  # a malformed answer says nothing about support: the requests will say what happens
+            if isinstance(alternatives, Failure):
+                self._lacking(TOKEN_LOGPROBS, f"unsupported ({alternatives.message}): logprob requests fail as "
+                                              "unsupported without being sent")
+                return 0
+            listed = len(alternatives) - 1  # the chosen token is appended to its alternatives
+            if refusals or listed < min(ask, self.options.top_logprobs):
+                got = "; ".join(refusals + [f"asked {ask}, listed {listed}"])
+                self._lacking(TOP_LOGPROBS, f"fewer alternatives than asked ({got}): candidates ranked lower "
+                                            "count as unlisted")
+            return ask
+        self._lacking(TOKEN_LOGPROBS, f"unsupported ({'; '.join(refusals)}): logprob requests fail as "
+                                      "unsupported without being sent")
+        return 0
+
+    async def _prefill_form(self) -> str | None:
+        """The form in which this server continues a prefilled assistant turn (`PREFILL_FORMS`), or None.
+
+        Probed once, with one-token requests: a reference with the probe's prefix written at the end of the user
+        turn, then the prefix as a prefilled assistant turn in each form until one is continued. A server that
+        continues the turn counts the same prompt tokens as the reference (give or take one where the prefix
+        is tokenised at a boundary); one that closes the turn and opens a new one counts its end-of-turn and
+        turn-header tokens on top.
+        """
+        if PREFILL not in self._found:
+            async with self._lock(PREFILL):
+                if PREFILL not in self._found:
+                    self._found[PREFILL] = await self._probe_prefill()
+        return self._found[PREFILL]
+
+    async def _probe_prefill(self) -> str | None:
+        question, prefix = PREFILL_PROBE
+        base = {"model": self.model, "max_tokens": 1, "temperature": 0.0}
+        messages = [{"role": "user", "content": question}]
+        reference, _ = await self._post_chat({**base, "messages": [{"role": "user", "content": question + prefix}]})
+        expected = _usage(reference).prompt_tokens if isinstance(reference, dict) else 0
+        if not expected:
+            why = reference.message if isinstance(reference, Failure) else "the answer has no usage.prompt_tokens"
+            self._lacking(PREFILL, f"unknown ({why}): requests go without the prefill and the answer is read "
+                                   "whole")
+            return None
+        seen = []
+        for form in PREFILL_FORMS:
+            sent, fields = prefill_fields(messages, prefix, form)
+            payload, refused = await self._probe_post({**base, **fields, "messages": sent})
+            if isinstance(payload, Failure):
+                seen.append(f"{form}: {'refused, ' if refused else ''}{payload.message}")
+                continue
+            extra = _usage(payload).prompt_tokens - expected
+            if abs(extra) <= 1:
+                return form
+            seen.append(f"{form}: a new turn ({extra:+d} prompt tokens)")
+        self._lacking(PREFILL, f"unsupported ({'; '.join(seen)}): requests go without the prefill and the "
+                               "answer is read whole")
+        return None
 
     async def _post_structured(
         self, body: dict[str, Any], constraint: Constraint
@@ -346,38 +577,46 @@ class OpenAIBackend:
         """POST a constrained request in the first form this server accepts (see `STRUCTURED_FORMS`).
 
         Until a form is known for the constraint's kind, each is tried once, in order, with one attempt and no
-        retry: a 2xx answer makes it the form for this backend; a 4xx/5xx answer moves on to the next form (the
-        server refused the field); any other fault is retried as usual in that form, without concluding. When
-        no form is accepted the kind is marked unsupported (said once in the log and in `capabilities`) and the
-        request goes out plain: the caller's parser reads the text.
+        retry: a 2xx answer that keeps to the constraint makes it the form for this backend (one cut at
+        max_tokens is returned without concluding: the next constrained request probes again); a 4xx/5xx answer
+        (the server refused the field) or one that breaks the constraint (a server that ignores fields it does
+        not know) moves on to the next form; any other fault is retried as usual in that form, without
+        concluding. When no form is accepted the kind is marked unsupported (`capabilities`) and the request
+        goes out plain: the caller's parser reads the text.
         """
-        kind = constraint.kind
-        lock = self._structured_locks.setdefault((id(asyncio.get_running_loop()), kind), asyncio.Lock())
-        async with lock:
-            known = kind in self._structured
-            if not known:
-                refusals = []
-                for form in STRUCTURED_FORMS[kind]:
-                    outcome = await self._attempt({**body, **structured_fields(constraint, form)})
-                    if not isinstance(outcome, _Fault):
-                        self._structured[kind] = form
-                        return outcome, 1
-                    if outcome.category not in (FailureCategory.BAD_REQUEST, FailureCategory.SERVER_ERROR):
-                        return await self._post_chat({**body, **structured_fields(constraint, form)})
-                    refusals.append(f"{form}: {outcome.message}")
-                self._structured[kind] = None
-                self.unsupported[f"structured output ({kind})"] = "; ".join(refusals)
-                log.warning(
-                    "%s does not accept %s structured output (%s): sending plain requests, the parser reads them",
-                    self._server_label(), kind, "; ".join(refusals)[:300],
-                )
-        form = self._structured[kind]
-        return await self._post_chat(body if form is None else {**body, **structured_fields(constraint, form)})
-
-    def capabilities(self) -> dict[str, str]:
-        """What this server was found to do and not do so far (probed on first use, for this run)."""
-        found = {f"structured output ({k})": f for k, f in sorted(self._structured.items()) if f is not None}
-        return {**found, **{k: f"unsupported ({why})" for k, why in self.unsupported.items()}}
+        feature = f"structured output ({constraint.kind})"
+        if feature not in self._found:
+            async with self._lock(feature):
+                if feature not in self._found:
+                    refusals = []
+                    for form in STRUCTURED_FORMS[constraint.kind]:
+                        try:
+                            fields = structured_fields(constraint, form)
+                        except ConfigError as exc:
+                            refusals.append(f"{form}: {exc}")
+                            continue
+                        outcome = await self._attempt({**body, **fields})
+                        if not isinstance(outcome, _Fault):
+                            kept, why = _kept_constraint(outcome, constraint)
+                            if kept:
+                                self._found[feature] = form
+                            if kept is not False:  # kept, or cannot tell yet (the next request probes again)
+                                return outcome, 1
+                            refusals.append(f"{form}: accepted but not honoured ({why})")
+                            continue
+                        if outcome.category not in (FailureCategory.BAD_REQUEST, FailureCategory.SERVER_ERROR):
+                            return await self._post_chat({**body, **fields})
+                        refusals.append(f"{form}: {outcome.message}")
+                    self._found[feature] = None
+                    self._lacking(feature, f"unsupported ({'; '.join(refusals)}): plain requests, the parser "
+                                           "reads them")
+        form = self._found[feature]
+        try:
+            fields = {} if form is None else structured_fields(constraint, form)
+        except ConfigError as exc:  # this constraint cannot go in the server's form: plain, the parser reads it
+            log.debug("%s: %s", self._server_label(), exc)
+            fields = {}
+        return await self._post_chat({**body, **fields})
 
     def _server_label(self) -> str:
         return f"the server at {self._scrub(self.base_url)} (model {self.model!r})"
@@ -402,6 +641,7 @@ class OpenAIBackend:
         slot = await self._limit.acquire()
         client = self._clients[slot % len(self._clients)]
         started = time.monotonic()
+        self.http_requests += 1
         try:
             await self._pacer.wait()
             response = await _deadline(
@@ -610,6 +850,33 @@ def normalise_base_url(url: str) -> str:
     if ":" in host:  # IPv6 literal
         netloc = f"[{host}]:{parts.port}" if parts.port else f"[{host}]"
     return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), parts.query, ""))
+
+
+_THINK_BLOCK = re.compile(r"\s*<think>.*?</think>\s*", re.DOTALL)
+
+
+def _kept_constraint(payload: dict[str, Any], constraint: Constraint) -> tuple[bool | None, str]:
+    """Whether the first choice of `payload` keeps to `constraint` (True), breaks it, so the server ignored it
+    (False, with why), or cannot tell (None: an answer cut at max_tokens, a regex Python cannot compile)."""
+    texts = _choice_texts(payload, len(payload.get("choices") or ()) or 1)
+    if isinstance(texts, str) or payload["choices"][0].get("finish_reason") == "length":
+        return None, ""
+    text = texts[0]
+    if constraint.think:
+        text = _THINK_BLOCK.sub("", text, count=1) if text.lstrip().startswith("<think>") else text.lstrip()
+    if constraint.kind == "choice":
+        return (True, "") if text in constraint.options else (False, f"{text[:60]!r} is none of the choices")
+    if constraint.kind == "regex":
+        try:
+            matched = re.fullmatch(constraint.spec, text)
+        except re.error:
+            return None, ""
+        return (True, "") if matched else (False, f"{text[:60]!r} does not match the pattern")
+    try:
+        json.loads(text)
+    except ValueError:
+        return False, f"{text[:60]!r} is not JSON"
+    return True, ""
 
 
 def _choice_texts(payload: dict[str, Any], n: int) -> tuple[str, ...] | str:

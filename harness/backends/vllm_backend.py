@@ -240,6 +240,10 @@ class VLLMBackend:
         `"dtype"` and `"top_logprobs"`."""
         return dict(self._identity)
 
+    def capabilities(self) -> dict[str, str]:
+        """Empty: the engine samples n, prefills, decodes under constraints and returns logprobs itself."""
+        return {}
+
     async def probe(self) -> None:
         """Start the engine (the call cache probes a backend before its first uncached request)."""
         if self._llm is None or self._closed:

@@ -24,7 +24,14 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from harness.backends.base import BackendOptions, GenerateRequest, Message, SamplingParams, user_chat
+from harness.backends.base import (
+    BackendOptions,
+    GenerateRequest,
+    Message,
+    SamplingParams,
+    assistant_text,
+    user_chat,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +99,6 @@ async def run_bench_structured(
 ) -> list[TaskResult]:
     from harness.backends import load_backend
     from harness.commands.bench_verify import load_example
-    from judges.verify import continue_prefill
 
     prompt, texts, rubric = load_example(items, responses)
     backend = load_backend(spec, options or BackendOptions())
@@ -118,7 +124,7 @@ async def run_bench_structured(
                 answers = []
                 for request, completion in zip(requests, out):
                     try:
-                        answers.append(parse(continue_prefill(request.assistant_prefix, completion.texts[0])))
+                        answers.append(parse(assistant_text(request.assistant_prefix, completion)))
                     except (ValueError, IndexError):
                         answers.append(None)
                 results.append(TaskResult(

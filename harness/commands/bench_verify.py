@@ -1,9 +1,13 @@
 """`harness bench verify`: the three verification modes on the same rubric and responses.
 
-Prints, per mode, backend calls, prompt and completion tokens, wall time and the agreement of its verdicts with
-`per_item` (the paper's serial scheme), then the ratios. The rubric and responses are a fixed example shipped with
-the package (`harness/examples/verify_bench.json`, up to 10 items x 6 responses). The call cache is bypassed so
-every mode does its real work; the model is loaded once and warmed up before timing.
+Prints, per mode (and for `per_item` and `batched` also under their structured-output constraint), calls, re-asks,
+parse failures, prompt and completion tokens, wall time, completion tokens per second and the agreement of its
+verdicts with `per_item` (the paper's serial scheme), then the ratios, all measured in one run. Calls are counted
+as the backend sees them: requests for `hf` and `vllm` (a `logprob` request with M branches is one), HTTP requests
+for `openai` (one per branch, re-asks and retries included). The rubric and responses are a fixed example shipped
+with the package (`harness/examples/verify_bench.json`, up to 10 items x 6 responses). The call cache is bypassed
+so every mode does its real work; the model is loaded once and warmed up before timing, the warm-up also asking
+what a server's capabilities probes need to know (prefill, structured output, logprobs), so no probe is timed.
 
 A throughput line follows: 8 prompts x 64 tokens in one `generate` call (requests/s, tokens/s), and for a `vllm:`
 model the same for `hf:` on the same checkpoint with the ratio, measured in one run.
@@ -28,13 +32,14 @@ from harness.backends.base import (
     SamplingParams,
     user_chat,
 )
-from harness.errors import ConfigError
+from harness.errors import ConfigError, FailureCategory
 
-MODES = ("per_item", "batched", "logprob")
+MODES = (("per_item", False), ("per_item", True), ("batched", False), ("batched", True), ("logprob", False))
+"""(mode, structured) in the order run; the first is the reference the others are compared with."""
 
 
 class _Counting:
-    """Wraps a backend and counts requests and tokens."""
+    """Wraps a backend and counts calls (HTTP requests where the backend counts them) and tokens."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
@@ -42,14 +47,25 @@ class _Counting:
         self.reset()
 
     def reset(self) -> None:
-        self.calls = self.prompt_tokens = self.completion_tokens = 0
+        self.requests = self.prompt_tokens = self.completion_tokens = 0
+        self._http0 = getattr(self.backend, "http_requests", None)
+
+    @property
+    def calls(self) -> int:
+        """HTTP requests since `reset` for a backend that counts them (`openai`), else requests."""
+        if self._http0 is not None:
+            return self.backend.http_requests - self._http0  # type: ignore[attr-defined]
+        return self.requests
 
     def identity(self) -> dict[str, str]:
         return self.backend.identity()
 
+    def capabilities(self) -> dict[str, str]:
+        return self.backend.capabilities()
+
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         out = await self.backend.generate(requests)
-        self.calls += len(requests)
+        self.requests += len(requests)
         self.prompt_tokens += sum(c.usage.prompt_tokens for c in out)
         self.completion_tokens += sum(c.usage.completion_tokens for c in out)
         return out
@@ -58,7 +74,7 @@ class _Counting:
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
     ) -> list[LogprobResult]:
         out = await self.backend.next_token_logprobs(requests, candidates)
-        self.calls += len(requests)
+        self.requests += len(requests)
         self.prompt_tokens += sum(r.usage.prompt_tokens for r in out)
         return out
 
@@ -72,7 +88,12 @@ class _Counting:
 @dataclass(frozen=True, slots=True)
 class ModeResult:
     mode: str
+    structured: bool
     calls: int
+    reasks: int
+    parse_failures: int
+    """Requests (per item x response in `per_item`, per response in `batched`) still unreadable after a re-ask;
+    in `logprob`, cells whose position ranked neither word."""
     prompt_tokens: int
     completion_tokens: int
     wall_s: float
@@ -82,6 +103,15 @@ class ModeResult:
     """Share of cells where the hard verdict (P(yes) >= 0.5) equals per_item's, over cells both answered."""
     compared: int
     """Cells both this mode and per_item answered."""
+
+    @property
+    def label(self) -> str:
+        return self.mode + (" (constrained)" if self.structured else "")
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Completion tokens per second of wall time (None for `logprob`, which generates nothing)."""
+        return self.completion_tokens / self.wall_s if self.completion_tokens and self.wall_s > 0 else None
 
 
 def load_example(items: int, responses: int) -> tuple[str, list[str], object]:
@@ -114,10 +144,11 @@ async def run_bench_verify(
     max_tokens: int = 16,
     options: BackendOptions | None = None,
     throughput: dict | None = None,
-) -> tuple[list[ModeResult], list[Throughput]]:
+) -> tuple[list[ModeResult], list[Throughput], dict[str, str]]:
     """Run the three modes with the model `spec` and measure each; then, with `throughput` (the keyword
     arguments of `measure_throughput`), the generation throughput of the same backend and, for a `vllm:` model,
-    of `hf:` on the same checkpoint."""
+    of `hf:` on the same checkpoint. Returns the modes, the throughputs and what the backend lacked
+    (`Backend.capabilities`)."""
     from harness.backends import load_backend
     from judges.verify import verify
 
@@ -126,33 +157,26 @@ async def run_bench_verify(
     speeds: list[Throughput] = []
     try:
         await backend.probe()
-        await backend.generate(
-            [GenerateRequest(user_chat("Say yes."), SamplingParams(max_tokens=2))]
-        )  # warm-up
+        await _warm_up(backend)
         results, reference = [], None
-        for mode in MODES:
+        for mode, structured in MODES:
             backend.reset()
             start = time.perf_counter()
-            found = await verify(backend, prompt, texts, rubric, mode=mode, max_tokens=max_tokens)
+            found = await verify(backend, prompt, texts, rubric, mode=mode, max_tokens=max_tokens,
+                                 structured=structured)
             wall = time.perf_counter() - start
-            if mode == "per_item":
+            if reference is None:
                 reference = found.verdicts
             agreement, compared = _agreement(found.verdicts, reference)
             failed = sum(v is None for row in found.verdicts for v in row)
-            results.append(
-                ModeResult(
-                    mode,
-                    backend.calls,
-                    backend.prompt_tokens,
-                    backend.completion_tokens,
-                    wall,
-                    failed,
-                    agreement,
-                    compared,
-                )
-            )
+            parse = sum(f.failure.category is FailureCategory.PARSE for f in found.failures)
+            results.append(ModeResult(
+                mode, structured, backend.calls, len(found.raw.get("retries", ())), parse,
+                backend.prompt_tokens, backend.completion_tokens, wall, failed, agreement, compared,
+            ))
         if throughput is not None:
             speeds.append(await measure_throughput(backend.backend, spec, **throughput))
+        lacking = backend.capabilities()
     finally:
         await backend.close()
     if throughput is not None:
@@ -162,26 +186,54 @@ async def run_bench_verify(
                 speeds.append(await measure_throughput(compared_with, other, **throughput))
             finally:
                 await compared_with.close()
-    return results, speeds
+    return results, speeds, lacking
+
+
+async def _warm_up(backend: Backend) -> None:
+    """One request of each kind the modes send, so the model is warm and a server's capability probes (prefill,
+    structured output, logprobs) are done before anything is timed."""
+    from judges.verify import SHEET_PREFILL, VERDICT_CHOICE, YES_NO, sheet_constraint
+
+    chat = user_chat("Say yes.")
+    # A question whose free answer breaks the constraints, so a server that ignores them is found out here.
+    other = user_chat("Describe the sea in one sentence.")
+    await backend.generate([
+        GenerateRequest(chat, SamplingParams(max_tokens=2)),
+        GenerateRequest(other, SamplingParams(max_tokens=64, constraint=VERDICT_CHOICE)),
+        GenerateRequest(other, SamplingParams(max_tokens=64, constraint=sheet_constraint(1)), SHEET_PREFILL),
+    ])
+    await backend.next_token_logprobs([LogprobRequest(chat)], YES_NO)
 
 
 def format_bench_verify(results: list[ModeResult], *, spec: str, items: int, responses: int) -> str:
     lines = [
         f"verify bench: {spec}, {items} items x {responses} responses = {items * responses} verdicts per mode",
-        f"{'mode':<10}{'calls':>7}{'prompt tok':>12}{'compl tok':>11}{'wall s':>9}{'no verdict':>12}"
-        f"{'agree w/ per_item':>19}",
+        f"{'mode':<24}{'calls':>6}{'re-asks':>8}{'parse fail':>11}{'prompt tok':>11}{'compl tok':>10}"
+        f"{'wall s':>8}{'tok/s':>8}{'no verdict':>11}{'agree w/ per_item':>19}",
     ]
     for r in results:
         agree = "-" if r.agreement is None else f"{r.agreement:.2f} ({r.compared})"
+        speed = "-" if r.tokens_per_s is None else f"{r.tokens_per_s:.1f}"
         lines.append(
-            f"{r.mode:<10}{r.calls:>7}{r.prompt_tokens:>12}{r.completion_tokens:>11}{r.wall_s:>9.2f}"
-            f"{r.failed_cells:>12}{agree:>19}"
+            f"{r.label:<24}{r.calls:>6}{r.reasks:>8}{r.parse_failures:>11}{r.prompt_tokens:>11}"
+            f"{r.completion_tokens:>10}{r.wall_s:>8.2f}{speed:>8}{r.failed_cells:>11}{agree:>19}"
         )
     base = results[0]
     for r in results[1:]:
+        if r.structured:
+            continue
         calls = base.calls / r.calls if r.calls else float("inf")
         wall = base.wall_s / r.wall_s if r.wall_s else float("inf")
         lines.append(f"per_item/{r.mode}: calls {calls:.1f}x, wall time {wall:.2f}x")
+    free = {r.mode: r for r in results if not r.structured}
+    for r in results:
+        if r.structured and r.tokens_per_s and free[r.mode].tokens_per_s:
+            ratio = r.tokens_per_s / free[r.mode].tokens_per_s  # type: ignore[operator]
+            lines.append(f"{r.mode}: tokens/s constrained/free {ratio:.2f}x; parse failures "
+                         f"{free[r.mode].parse_failures} free, {r.parse_failures} constrained")
+    lines.append("calls: " + ("HTTP requests, as the server counts them (one per logprob branch)"
+                              if spec.startswith("openai:")
+                              else "backend requests (a logprob request carries every item of a response)"))
     return "\n".join(lines)
 
 
@@ -259,12 +311,14 @@ def bench_verify_sync(
     max_tokens: int = 64,
 ) -> str:
     sizes = {"prompts": prompts, "max_tokens": max_tokens}
-    results, speeds = asyncio.run(
+    results, speeds, lacking = asyncio.run(
         run_bench_verify(
             spec, items=items, responses=responses, options=options, throughput=sizes if throughput else None
         )
     )
     text = format_bench_verify(results, spec=spec, items=items, responses=responses)
+    if lacking:
+        text += "\n" + "\n".join(f"{spec} lacks {feature}: {how}" for feature, how in lacking.items())
     if speeds:
         text += "\n" + format_throughput(speeds, prompts=prompts, max_tokens=max_tokens)
     return text

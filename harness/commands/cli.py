@@ -130,6 +130,11 @@ def _backend_options(**given):
 def _finish(summary, out: str) -> None:
     """Print the loop's summary; exit 1 when some records could not be evaluated (the one exit-code rule)."""
     typer.echo(summary.line(out))
+    lacking = summary.lacking_lines()
+    if lacking:
+        typer.echo("what the backends lack (recorded in the manifest):")
+        for line in lacking:
+            typer.echo(redact_text(f"  {line}"))
     for line in summary.failure_lines(out):
         typer.echo(redact_text(line), err=True)
     if summary.with_failures or summary.missing:

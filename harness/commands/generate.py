@@ -106,11 +106,30 @@ async def run_generate(
         work=make_work(backend, config),
         parallel=parallel,
         noun="samples",
-        counters=backend if hasattr(backend, "calls") else None,
+        counters=_Counters(backend, config.model) if hasattr(backend, "calls") else None,
         overwrite=overwrite,
         wait=wait,
         retry_failed=retry_failed,
     )
+
+
+class _Counters:
+    """The loop's view of the one backend: its call and hit counts, and what it lacks under its spec."""
+
+    def __init__(self, backend: Any, spec: str) -> None:
+        self.backend, self.spec = backend, spec
+
+    @property
+    def calls(self) -> int:
+        return self.backend.calls
+
+    @property
+    def hits(self) -> int:
+        return self.backend.hits
+
+    def capabilities(self) -> dict[str, dict[str, str]]:
+        lacks = self.backend.capabilities()
+        return {self.spec: lacks} if lacks else {}
 
 
 def make_work(backend: Backend, config: GenerateConfig):

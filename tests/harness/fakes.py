@@ -37,6 +37,9 @@ class ScriptedBackend:
     def identity(self) -> dict[str, str]:
         return {"kind": self.kind, "model": self.model}
 
+    def capabilities(self) -> dict[str, str]:
+        return {}
+
     async def probe(self) -> None:
         return None
 

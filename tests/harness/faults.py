@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 
+from harness.backends.openai_backend import PREFILL_PROBE, PROBE_QUESTION
 from harness.errors import FailureCategory
 from harness.loopback import DROP, HttpRequest, HttpResponse, chat_completion, json_response
 
@@ -14,6 +16,19 @@ KEY = "sk-test-DISTINCTIVE-secret-0123456789"
 
 def last_user_text(request: HttpRequest) -> str:
     return request.json()["messages"][-1]["content"]
+
+
+PROBE_TEXTS = {PROBE_QUESTION, PREFILL_PROBE[0], "".join(PREFILL_PROBE)}
+
+
+def is_probe(body: dict) -> bool:
+    """Whether a request body is one of the openai backend's capability probes (not a request of the test)."""
+    return body["messages"][0]["content"] in PROBE_TEXTS
+
+
+def asked(bodies: list[dict]) -> list[dict]:
+    """The request bodies a test sent, capability probes left out."""
+    return [b for b in bodies if not is_probe(b)]
 
 
 # -- faults --------------------------------------------------------------------------------------------------
@@ -80,3 +95,105 @@ class FaultyServer:
         return HttpResponse(status=200, body=b'{"choices": [{"message": ')  # malformed: cut-off JSON
 
 
+
+
+# -- a server with the gaps of a real one ----------------------------------------------------------------------
+
+
+def chatml_prompt_tokens(messages: list[dict]) -> int:
+    """Prompt tokens as a ChatML template renders `messages` with the generation prompt: per message
+    `<|im_start|>`, the role, a newline, the content's words and `<|im_end|>`, a newline; then
+    `<|im_start|>assistant` and a newline."""
+    return sum(5 + len(m["content"].split()) for m in messages) + 3
+
+
+class LlamaCppLikeServer:
+    """A loopback chat server with the gaps a real one showed (llama-cpp-python 0.3.36 serving a GGUF model).
+
+    - `response_format` `json_schema` is refused with HTTP 500; `{"type": "json_object", "schema": ...}` is
+      honoured; unknown fields (`structured_outputs`, `continue_final_message`, `min_tokens`) are ignored.
+    - `n` is ignored: one choice, always.
+    - A trailing assistant message is taken as a finished turn: the prompt is counted with a new generation prompt
+      after it (`chatml_prompt_tokens`), and the answer starts a new turn.
+    - `seed`, `top_logprobs` and a GBNF `grammar` are honoured (under a grammar the "model" writes the first
+      string it allows, `gbnf_first_string`).
+
+    Its "model" answers by the request: a rubric under a schema; an answer sheet (a user turn listing
+    `Criteria:`) with one `N: yes|no` line per criterion (yes for odd N), which after an ignored prefill `1:`
+    carries on at `2:` as the real model did; a one-word verdict for a single criterion; otherwise
+    `sample seed=<seed>`. With `logprobs`, the first token's alternatives rank `Yes`, then `No`, then fillers.
+    """
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+
+    async def __call__(self, request: HttpRequest):
+        if request.path.endswith("/models"):
+            return json_response({"object": "list", "data": [{"id": "smollm2", "object": "model"}]})
+        body = request.json()
+        self.bodies.append(body)
+        fmt = body.get("response_format") or {}
+        if fmt.get("type") not in (None, "text", "json_object"):
+            message = "1 validation error: response_format.type: Input should be 'text' or 'json_object'"
+            return json_response({"error": {"message": message}}, status=500)
+        messages = body["messages"]
+        if "grammar" in body:
+            text = gbnf_first_string(body["grammar"])
+        else:
+            text = self._answer(messages, schema="schema" in fmt, seed=body.get("seed"))
+        top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
+        answer = chat_completion([text])
+        if top:
+            ranked = [("Yes", -0.2), ("No", -1.8)] + [(f"tok{i}", -5.0 - i) for i in range(top)]
+            first = {"token": ranked[0][0], "logprob": ranked[0][1],
+                     "top_logprobs": [{"token": t, "logprob": v} for t, v in ranked[:top]]}
+            answer["choices"][0]["logprobs"] = {"content": [first]}
+        answer["usage"]["prompt_tokens"] = chatml_prompt_tokens(messages)
+        return json_response(answer)
+
+    @staticmethod
+    def _answer(messages: list[dict], *, schema: bool, seed) -> str:
+        if schema:
+            return '[{"criterion": "Is it correct?", "weight": 3}]'
+        user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+        prefilled = messages[-1]["role"] == "assistant"
+        if "Criteria:\n" in user:
+            criteria = user.split("Criteria:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+            first = 2 if prefilled and messages[-1]["content"].strip() == "1:" else 1
+            return "\n".join(f"{i}: {'yes' if i % 2 else 'no'}" for i in range(first, len(criteria) + 1))
+        if "\nCriterion: " in user:
+            return "Yes"
+        return f"sample seed={seed}"
+
+
+def gbnf_first_string(grammar: str) -> str:
+    """The first string a one-rule GBNF grammar of literals, groups, `|` and `?` allows: the first branch of
+    every alternation, every optional part included (what `gbnf_grammar` writes for choices and answer sheets)."""
+    import re
+
+    body = grammar.split("::=", 1)[1]
+    tokens = re.findall(r'"(?:[^"\\]|\\.)*"|[()|?]', body)
+    pos = 0
+
+    def alternation() -> str:
+        nonlocal pos
+        first = sequence()
+        while pos < len(tokens) and tokens[pos] == "|":
+            pos += 1
+            sequence()
+        return first
+
+    def sequence() -> str:
+        nonlocal pos
+        out = ""
+        while pos < len(tokens) and tokens[pos] not in "|)":
+            token = tokens[pos]
+            pos += 1
+            if token == "(":
+                out += alternation()
+                pos += 1  # ")"
+            elif token != "?":
+                out += json.loads(token)
+        return out
+
+    return alternation()

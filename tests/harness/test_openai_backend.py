@@ -13,7 +13,7 @@ import time
 from email.utils import formatdate
 
 import pytest
-from faults import ALWAYS, FAULT_KINDS, KEY, KEY_ENV, FaultyServer
+from faults import ALWAYS, FAULT_KINDS, KEY, KEY_ENV, FaultyServer, asked
 
 from harness.backends.base import (
     BackendOptions,
@@ -232,7 +232,7 @@ def test_generate_maps_sampling_params_and_orders_choices() -> None:
         (result,) = generate(make_backend(url), [ask("hi", **params)])
     assert result.ok and result.texts == ("first", "second", "third")
     assert result.usage.prompt_tokens == 1 and result.usage.completion_tokens == 3
-    (body,) = bodies
+    (body,) = asked(bodies)
     assert body["model"] == "test-model"
     assert body["messages"] == [{"role": "user", "content": "hi"}]
     assert {k: body[k] for k in params if k != "stop"} == {k: v for k, v in params.items() if k != "stop"}
@@ -287,10 +287,11 @@ def test_next_token_logprobs_match_candidates_without_leading_whitespace() -> No
     for result in results:
         assert result.ok, result.error
         assert result.logprobs == {"Yes": -0.1, "No": -2.0, "Maybe": -math.inf}
-    plain, prefixed = sorted(bodies, key=lambda b: len(b["messages"]))
+    plain, prefixed = sorted(asked(bodies), key=lambda b: len(b["messages"]))
     assert plain["max_tokens"] == 1 and plain["temperature"] == 0
     assert plain["logprobs"] is True and plain["top_logprobs"] == 5
     assert prefixed["messages"][-1] == {"role": "assistant", "content": "Answer:"}
+    assert prefixed["continue_final_message"] is True  # the loopback counts the same prompt tokens: continued
 
 
 def test_branches_are_one_http_request_each_and_fail_together() -> None:
@@ -317,12 +318,12 @@ def test_branches_are_one_http_request_each_and_fail_together() -> None:
         good, bad = asyncio.run(go(make_backend(url, top_logprobs=5)))
     assert good.ok and good.logprobs == {} and good.branches == ({"Yes": -0.1, "No": -2.0},) * 2
     assert good.usage.prompt_tokens == 2  # the loopback reports 1 prompt token per request
-    sent = sorted(b["messages"][-1]["content"] for b in bodies)
+    sent = sorted(b["messages"][-1]["content"] for b in asked(bodies))
     assert sent == [f"Response: 4. Criterion: {c}" for c in ("Shows work?", "States 4?", "ok")]
     assert bad.error is not None and bad.error.category is FailureCategory.BAD_REQUEST
 
 
-def test_generate_sends_a_prefill_as_a_trailing_assistant_message_and_no_min_tokens() -> None:
+def test_generate_sends_a_prefill_in_the_form_the_server_continues_and_no_min_tokens() -> None:
     bodies = []
 
     async def handler(request: HttpRequest):
@@ -333,8 +334,10 @@ def test_generate_sends_a_prefill_as_a_trailing_assistant_message_and_no_min_tok
     with serve_in_thread(handler) as url:
         (result,) = generate(make_backend(url), [prefilled])
     assert result.ok and result.texts == (" yes\n2: no",)  # the continuation, as the server sent it
-    (body,) = bodies
+    assert result.continues_prefix
+    (body,) = asked(bodies)
     assert body["messages"] == [{"role": "user", "content": "sheet"}, {"role": "assistant", "content": "1:"}]
+    assert (body["continue_final_message"], body["add_generation_prompt"]) == (True, False)
     assert "min_tokens" not in body  # not part of the OpenAI API
 
 
@@ -391,7 +394,7 @@ def test_generate_parses_token_logprobs_per_choice_in_order() -> None:
         body = request.json()
         bodies.append(body)
         if not body.get("logprobs"):
-            return json_response(chat_completion(["plain"]))
+            return json_response(chat_completion(["plain"] * body.get("n", 1)))
         response = chat_completion(["1: Yes\n2: No", "ça"], logprobs=[{"content": sheet}, {"content": split}])
         response["choices"].reverse()  # servers may list choices out of order
         return json_response(response)
@@ -420,8 +423,8 @@ def test_generate_parses_token_logprobs_per_choice_in_order() -> None:
 @pytest.mark.parametrize(
     ("logprobs", "category", "phrase"),
     [
-        (None, FailureCategory.UNSUPPORTED, "did not return token logprobs"),
-        ({"content": None}, FailureCategory.UNSUPPORTED, "did not return token logprobs"),
+        (None, FailureCategory.UNSUPPORTED, "did not return logprobs"),
+        ({"content": None}, FailureCategory.UNSUPPORTED, "did not return logprobs"),
         ({"content": [{"token": "x"}]}, FailureCategory.MALFORMED_RESPONSE, "numeric logprob"),
     ],
 )

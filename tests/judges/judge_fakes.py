@@ -70,6 +70,9 @@ class FakeJudge:
     def identity(self) -> dict[str, str]:
         return {"kind": self.kind, "model": self.model}
 
+    def capabilities(self) -> dict[str, str]:
+        return {}
+
     async def probe(self) -> None:
         return None
 

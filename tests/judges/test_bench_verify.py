@@ -12,20 +12,27 @@ from harness.errors import ConfigError
 def test_modes_counted_and_compared(monkeypatch: pytest.MonkeyPatch):
     prompt, responses, rubric = bench_verify.load_example(3, 2)
     # Truth: response 0 meets every criterion, response 1 none.
+    warm_up = "[Response]"  # the warm-up requests are the only ones without a response in them
     judge = FakeJudge(
         truth={(responses[0], c): True for c in rubric.criteria},
-        hook=lambda r: "yes" if "[Response]" not in r.messages[0].content else None,  # the warm-up request
+        hook=lambda r: "yes" if warm_up not in r.messages[0].content else None,
+        logprob_hook=lambda text: {"Yes": 0.0} if warm_up not in text else None,
     )
     monkeypatch.setattr("harness.backends.load_backend", lambda spec, options: judge)
-    results, speeds = asyncio.run(bench_verify.run_bench_verify("fake", items=3, responses=2))
+    results, speeds, lacking = asyncio.run(bench_verify.run_bench_verify("fake", items=3, responses=2))
+    assert lacking == {}
     assert speeds == []  # no throughput asked for
-    by_mode = {r.mode: r for r in results}
-    assert [r.mode for r in results] == ["per_item", "batched", "logprob"]
-    assert by_mode["per_item"].calls == 6 and by_mode["batched"].calls == 2 and by_mode["logprob"].calls == 2
+    assert [r.label for r in results] == [
+        "per_item", "per_item (constrained)", "batched", "batched (constrained)", "logprob"]
+    assert [r.calls for r in results] == [6, 6, 2, 2, 2]
     assert all(r.agreement == 1.0 and r.compared == 6 and r.failed_cells == 0 for r in results)
-    assert by_mode["batched"].prompt_tokens == 20 and by_mode["batched"].completion_tokens == 10
+    assert all(r.reasks == r.parse_failures == 0 for r in results)
+    batched = results[2]
+    assert batched.prompt_tokens == 20 and batched.completion_tokens == 10
     text = bench_verify.format_bench_verify(results, spec="fake", items=3, responses=2)
     assert "per_item/batched: calls 3.0x" in text and "per_item/logprob: calls 3.0x" in text
+    assert "batched: tokens/s constrained/free" in text and "parse failures 0 free, 0 constrained" in text
+    assert "calls: backend requests" in text
 
 
 def test_example_size_is_checked():
@@ -37,17 +44,17 @@ def test_example_size_is_checked():
 
 @pytest.mark.slow
 def test_smollm2_answer_sheet_and_logprob_modes_need_a_quarter_of_the_calls():
-    results, speeds = asyncio.run(
+    results, speeds, _ = asyncio.run(
         bench_verify.run_bench_verify(
             "smollm2-135m", items=6, responses=4, throughput={"prompts": 4, "max_tokens": 16}
         )
     )
     [speed] = speeds  # hf alone: no second backend to compare with
     assert speed.requests == 4 and speed.completion_tokens == 4 * 16 and speed.tokens_per_s > 0
-    per_item, batched, logprob = results
-    assert per_item.calls >= 24
+    per_item, constrained_item, batched, constrained_sheet, logprob = results
+    assert per_item.calls >= 24 and constrained_item.calls == 24  # a constrained verdict always parses
     # The prefilled sheet is written whole on the first ask (no re-ask), and logprob needs no generation.
-    assert batched.calls == logprob.calls == 4
+    assert batched.calls == constrained_sheet.calls == logprob.calls == 4
     assert per_item.calls / batched.calls >= 4 and per_item.calls / logprob.calls >= 4
     assert batched.failed_cells == 0 and logprob.failed_cells == 0
     assert logprob.completion_tokens == 0 and logprob.prompt_tokens < per_item.prompt_tokens

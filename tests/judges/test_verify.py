@@ -8,7 +8,7 @@ import math
 import pytest
 from judge_fakes import FakeJudge
 
-from harness.backends.base import Completion, LogprobResult
+from harness.backends.base import Completion, LogprobResult, assistant_text
 from harness.errors import Failure, FailureCategory
 from judges.rubric import Rubric, RubricItem
 from judges.templates import load_template, render, render_template, response_label
@@ -16,7 +16,6 @@ from judges.verify import (
     SHEET_PREFILL,
     YES_NO,
     VerdictParseError,
-    continue_prefill,
     item_question_parts,
     p_yes,
     parse_answer_sheet,
@@ -84,12 +83,12 @@ def test_p_yes_matches_a_hand_computed_value():
     assert p_yes({" yes": -math.inf, " no": -0.5}) == 0.0
 
 
-def test_continue_prefill_joins_a_continuation_but_not_a_fresh_answer():
-    assert continue_prefill("1:", " yes\n2: no") == "1: yes\n2: no"  # the prefill was continued
-    assert continue_prefill("1:", "1: yes\n2: no") == "1: yes\n2: no"  # a fresh turn that wrote it itself
-    assert continue_prefill("1:", "\n 1: yes") == "\n 1: yes"
-    assert continue_prefill("", "anything") == "anything"
-
+def test_the_prefill_is_joined_only_onto_a_continuation():
+    continued = Completion((" yes\n2: no",))
+    assert assistant_text("1:", continued) == "1: yes\n2: no"
+    whole = Completion(("2: no",), continues_prefix=False)  # asked without the prefill: read as written
+    assert assistant_text("1:", whole) == "2: no"
+    assert assistant_text("", Completion(("anything",))) == "anything"
 
 def test_item_question_parts_rebuild_the_per_item_question():
     head, tail = item_question_parts("What is 2+2?", RESPONSES[0])
@@ -124,10 +123,12 @@ def test_batched_prefills_the_sheet_and_holds_back_its_end():
     assert found.raw["answers"] == ["1: yes\n2: yes", "1: no\n2: no"]  # the prefill joined on
 
 
-def test_batched_reads_a_sheet_from_a_server_that_ignored_the_prefill():
-    judge = FakeJudge(hook=lambda r: "1: no\n2: yes")  # a fresh turn: the sheet written in full
+def test_batched_reads_a_whole_sheet_from_a_backend_that_could_not_prefill():
+    # Asked without the prefill, the model wrote the sheet in full: read as written, `1:` not glued on.
+    judge = FakeJudge(hook=lambda r: Completion(("1: no\n2: yes",), continues_prefix=False))
     found = run(judge, "batched")
     assert found.verdicts == [[0.0, 0.0], [1.0, 1.0]] and found.failures == ()
+    assert found.raw["answers"] == ["1: no\n2: yes"] * 2
 
 
 def test_logprob_mode_gives_soft_verdicts_from_one_request_per_response():
@@ -224,7 +225,7 @@ def test_per_item_records_a_parse_failure_after_the_reask():
 
 def test_batched_sheet_with_a_missing_item_is_reasked_then_recorded():
     def hook(request):
-        return "1: yes" if "It is 5." in request.messages[0].content else None
+        return " yes" if "It is 5." in request.messages[0].content else None  # continues `1:`: item 2 missing
 
     judge = FakeJudge(truth=TRUTH, hook=hook)
     found = run(judge, "batched")
@@ -249,7 +250,7 @@ def test_a_backend_failure_is_recorded_with_its_category_and_not_reasked():
 
 
 def test_cached_completions_are_not_counted_as_calls():
-    judge = FakeJudge(hook=lambda r: Completion(("1: no\n2: no",), cached=True))
+    judge = FakeJudge(hook=lambda r: Completion((" no\n2: no",), cached=True))
     found = run(judge, "batched")
     assert (found.requests, found.calls) == (2, 0)
 
