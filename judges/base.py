@@ -92,10 +92,13 @@ class SetScores:
 
 @runtime_checkable
 class Evaluator(Protocol):
-    """What every evaluator implements. Call sites use exactly `spec` and `score_set(...)`."""
+    """What every evaluator implements. Call sites use exactly `spec`, `settings` and `score_set(...)`."""
 
     spec: str
     """The canonical spec string that rebuilds this evaluator (used as its name in runs and tables)."""
+    settings: dict[str, Any]
+    """Every setting, defaults included (`structured=True` too, which the canonical spec leaves out): the run's
+    manifest records them."""
 
     async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int) -> SetScores:
         """Score every response of the set; `seed` drives shuffles and sampling (derived by the caller)."""

@@ -131,8 +131,11 @@ class RubricEvaluator:
         gen_max_tokens: int = 1024,
         verify_max_tokens: int = 16,
         structured: bool = True,
+        settings: dict[str, Any] | None = None,
     ) -> None:
         self.spec = spec
+        self.settings = dict(settings or {})
+        """Every setting as resolved from the spec, defaults included."""
         self.generator = generator
         self.verifier = verifier
         self.dynamic = dynamic
@@ -249,6 +252,7 @@ def _build(kind: str, settings: dict[str, str], pool: BackendPool, *, dynamic: b
         gen_max_tokens=resolved["gen_max_tokens"],
         verify_max_tokens=resolved["verify_max_tokens"],
         structured=resolved["structured"],
+        settings=resolved,
     )
 
 

@@ -75,9 +75,9 @@ KIND = "pairwise-judge"
 SUBJECT = "model"
 """The setting under test when two runs of a row are compared (`judges.held_fixed`)."""
 DEFAULTS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 512, "structured": True}
+"""Settings and their defaults; `model` is required."""
 VERDICT_CONSTRAINT = Constraint.regex(r"(?s:.*)\[\[[ABC]\]\]")
 """`structured=true`: any reasoning, then the answer ends with a verdict marker (the parser reads the last one)."""
-"""Settings and their defaults; `model` is required."""
 TEMPLATE = "pairwise_judge"
 """The judge prompt, `judges/prompts/pairwise_judge.txt`."""
 COMPLAINT = (

@@ -123,7 +123,8 @@ class SamplingParams:
     min_tokens: int = 0
     """End-of-sequence is suppressed until this many tokens were generated (stop strings still apply).
 
-    Honoured by `hf` and `vllm`; the `openai` backend does not send it (it is not part of the OpenAI API)."""
+    Honoured by `hf` and `vllm`; `openai` sends it to servers found to honour it (vLLM's), not to others (it is
+    not part of the OpenAI API)."""
     constraint: Constraint | None = None
     """Structured output the text must match (see `Constraint`); None: free text."""
 

@@ -30,7 +30,9 @@ instead, so that every request ends as a completion or a categorised `Failure`, 
     request with a prefix fails there as UNSUPPORTED.
   - `top_logprobs`: asked with the larger of 20 and `options.top_logprobs` (5 when that is refused); later
     requests ask for at most what the server accepted, a server that lists fewer than asked is noted, and one
-    without token logprobs fails logprob requests as UNSUPPORTED without sending them. `min_tokens` is not sent: it is not part of the OpenAI API.
+    without token logprobs fails logprob requests as UNSUPPORTED without sending them.
+  - `min_tokens` (not in the OpenAI API; vLLM takes it): a short greedy answer, then the same with
+    `min_tokens` at its budget, which a server that honours it fills; elsewhere it is not sent.
   - structured output (`params.constraint`): the first form the server accepts (`STRUCTURED_FORMS`:
     `response_format` `json_schema`, then llama.cpp's `json_object` + `schema`; for a regex or a choice vLLM's
     `structured_outputs`, then `guided_*`, then a GBNF `grammar` for llama.cpp), found with one attempt per form
@@ -145,11 +147,14 @@ def prefill_fields(
 
 
 N_SAMPLES = "n > 1"
+MIN_TOKENS = "min_tokens"
 PREFILL = "assistant prefill"
 TOP_LOGPROBS = "top_logprobs"
 TOKEN_LOGPROBS = "token logprobs"
 PROBE_QUESTION = "Say yes."
 """The user turn of the `n` and `top_logprobs` probes."""
+SHORT_PROBE = "What is 2+2? Reply with the number only."
+"""The `min_tokens` probe's question: one most models answer in a few tokens (SmolLM2-135M: 7-8)."""
 PREFILL_PROBE = ("Count to ten in words.", " one two three four five six")
 """The prefill probe's user turn and prefix (common words: one token each after a space in common tokenizers)."""
 _KEY_PLACEHOLDER = "EMPTY"
@@ -365,6 +370,8 @@ class OpenAIBackend:
             body["seed"] = p.seed
         if p.stop:
             body["stop"] = list(p.stop)
+        if p.min_tokens and await self._supports_min_tokens():
+            body["min_tokens"] = p.min_tokens
         if p.logprobs:
             top = await self._top_logprobs(p.logprobs)
             if isinstance(top, Failure):
@@ -487,6 +494,34 @@ class OpenAIBackend:
                     self._lacking(N_SAMPLES, f"unsupported ({how}): one request per sample, each with its "
                                              "derived seed")
             return self._found[N_SAMPLES]
+
+    async def _supports_min_tokens(self) -> bool:
+        """Whether the server holds back the end of an answer for `min_tokens` (vLLM's extension field), probed
+        once: a short greedy answer, then the same with `min_tokens` equal to its budget, which must fill it."""
+        if MIN_TOKENS not in self._found:
+            async with self._lock(MIN_TOKENS):
+                if MIN_TOKENS not in self._found:
+                    self._found[MIN_TOKENS] = await self._probe_min_tokens()
+        return self._found[MIN_TOKENS]
+
+    async def _probe_min_tokens(self) -> bool:
+        budget = 24
+        base = {"model": self.model, "messages": [{"role": "user", "content": SHORT_PROBE}],
+                "max_tokens": budget, "temperature": 0.0}
+        free, _ = await self._post_chat(base)
+        natural = _usage(free).completion_tokens if isinstance(free, dict) else 0
+        if not 0 < natural < budget:
+            why = free.message if isinstance(free, Failure) else f"the free answer took {natural} of {budget} tokens"
+            self._lacking(MIN_TOKENS, f"unknown ({why}): not sent, so an answer may end early")
+            return False
+        held, refused = await self._probe_post({**base, "min_tokens": budget})
+        if isinstance(held, dict) and _usage(held).completion_tokens == budget:
+            return True
+        how = (("refused: " if refused else "") + held.message if isinstance(held, Failure)
+               else f"ignored: the answer ended after {_usage(held).completion_tokens} tokens")
+        self._lacking(MIN_TOKENS, f"unsupported ({how}): not sent, so an answer may end early (a short answer "
+                                  "sheet is re-asked)")
+        return False
 
     async def _top_logprobs(self, asked: int) -> int | Failure:
         """How many alternatives to ask for (`asked`, or fewer where the server refuses as many), or the

@@ -7,7 +7,8 @@ as the backend sees them: requests for `hf` and `vllm` (a `logprob` request with
 for `openai` (one per branch, re-asks and retries included). The rubric and responses are a fixed example shipped
 with the package (`harness/examples/verify_bench.json`, up to 10 items x 6 responses). The call cache is bypassed
 so every mode does its real work; the model is loaded once and warmed up before timing, the warm-up also asking
-what a server's capabilities probes need to know (prefill, structured output, logprobs), so no probe is timed.
+what a server's capability probes need to know (prefill, structured output, min_tokens, logprobs), so no probe
+is timed.
 
 A throughput line follows: 8 prompts x 64 tokens in one `generate` call (requests/s, tokens/s), and for a `vllm:`
 model the same for `hf:` on the same checkpoint with the ratio, measured in one run.
@@ -191,8 +192,8 @@ async def run_bench_verify(
 
 async def _warm_up(backend: Backend) -> None:
     """One request of each kind the modes send, so the model is warm and a server's capability probes (prefill,
-    structured output, logprobs) are done before anything is timed."""
-    from judges.verify import SHEET_PREFILL, VERDICT_CHOICE, YES_NO, sheet_constraint
+    structured output, min_tokens, logprobs) are done before anything is timed."""
+    from judges.verify import SHEET_PREFILL, VERDICT_CHOICE, YES_NO, sheet_constraint, sheet_params
 
     chat = user_chat("Say yes.")
     # A question whose free answer breaks the constraints, so a server that ignores them is found out here.
@@ -201,6 +202,7 @@ async def _warm_up(backend: Backend) -> None:
         GenerateRequest(chat, SamplingParams(max_tokens=2)),
         GenerateRequest(other, SamplingParams(max_tokens=64, constraint=VERDICT_CHOICE)),
         GenerateRequest(other, SamplingParams(max_tokens=64, constraint=sheet_constraint(1)), SHEET_PREFILL),
+        GenerateRequest(other, sheet_params(1, 16), SHEET_PREFILL),  # min_tokens
     ])
     await backend.next_token_logprobs([LogprobRequest(chat)], YES_NO)
 

@@ -164,6 +164,7 @@ async def run_plan(
         "benchmark_kinds": {b: lookup("benchmark", b).kind for b in ready.items},
         "dataset_sizes": {b: len(v) for b, v in ready.items.items()},
         "unavailable": ready.unavailable,
+        "evaluator_settings": {spec: dict(ev.settings) for spec, ev in ready.evaluators.items()},
     }
     return await write_output(
         OutputPaths.run_dir(out_dir),

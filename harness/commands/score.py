@@ -89,7 +89,7 @@ async def run_score(
         command="score",
         settings=settings,
         config={"evaluator": evaluator.spec, "seed": seed, "parallel": parallel, **(runtime or {})},
-        extra={"model_identities": models},
+        extra={"model_identities": models, "evaluator_settings": dict(evaluator.settings)},
         units=units(sets),
         work=make_work(evaluator, seed=seed),
         parallel=parallel,

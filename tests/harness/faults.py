@@ -6,7 +6,7 @@ import asyncio
 import collections
 import json
 
-from harness.backends.openai_backend import PREFILL_PROBE, PROBE_QUESTION
+from harness.backends.openai_backend import PREFILL_PROBE, PROBE_QUESTION, SHORT_PROBE
 from harness.errors import FailureCategory
 from harness.loopback import DROP, HttpRequest, HttpResponse, chat_completion, json_response
 
@@ -18,7 +18,7 @@ def last_user_text(request: HttpRequest) -> str:
     return request.json()["messages"][-1]["content"]
 
 
-PROBE_TEXTS = {PROBE_QUESTION, PREFILL_PROBE[0], "".join(PREFILL_PROBE)}
+PROBE_TEXTS = {PROBE_QUESTION, SHORT_PROBE, PREFILL_PROBE[0], "".join(PREFILL_PROBE)}
 
 
 def is_probe(body: dict) -> bool:
@@ -111,12 +111,12 @@ class LlamaCppLikeServer:
     """A loopback chat server with the gaps a real one showed (llama-cpp-python 0.3.36 serving a GGUF model).
 
     - `response_format` `json_schema` is refused with HTTP 500; `{"type": "json_object", "schema": ...}` is
-      honoured; unknown fields (`structured_outputs`, `continue_final_message`, `min_tokens`) are ignored.
+      honoured; unknown fields (`structured_outputs`, `guided_*`, `continue_final_message`) are ignored.
     - `n` is ignored: one choice, always.
     - A trailing assistant message is taken as a finished turn: the prompt is counted with a new generation prompt
       after it (`chatml_prompt_tokens`), and the answer starts a new turn.
-    - `seed`, `top_logprobs` and a GBNF `grammar` are honoured (under a grammar the "model" writes the first
-      string it allows, `gbnf_first_string`).
+    - `seed`, `top_logprobs`, `min_tokens` (the answer is counted as at least that long) and a GBNF `grammar`
+      are honoured (under a grammar the "model" writes the first string it allows, `gbnf_first_string`).
 
     Its "model" answers by the request: a rubric under a schema; an answer sheet (a user turn listing
     `Criteria:`) with one `N: yes|no` line per criterion (yes for odd N), which after an ignored prefill `1:`
@@ -149,6 +149,7 @@ class LlamaCppLikeServer:
                      "top_logprobs": [{"token": t, "logprob": v} for t, v in ranked[:top]]}
             answer["choices"][0]["logprobs"] = {"content": [first]}
         answer["usage"]["prompt_tokens"] = chatml_prompt_tokens(messages)
+        answer["usage"]["completion_tokens"] = max(len(text.split()), int(body.get("min_tokens") or 0))
         return json_response(answer)
 
     @staticmethod

@@ -20,7 +20,7 @@ from harness.backends.base import (
     sample_seed,
     user_chat,
 )
-from harness.backends.openai_backend import N_SAMPLES, PREFILL, OpenAIBackend
+from harness.backends.openai_backend import MIN_TOKENS, N_SAMPLES, PREFILL, OpenAIBackend
 from harness.commands.bench_verify import format_bench_verify, run_bench_verify
 from harness.errors import FailureCategory
 from harness.loopback import serve_in_thread
@@ -77,7 +77,7 @@ def test_a_prefill_the_server_ignores_is_left_out_and_the_sheet_read_whole():
     assert found.verdicts == [[1.0] * 3, [0.0] * 3, [1.0] * 3, [0.0] * 3]  # every cell has a verdict
     sheets = asked(server.bodies)
     assert len(sheets) == 3  # one per response, no re-ask
-    assert all(b["messages"][-1]["role"] == "user" and "min_tokens" not in b for b in sheets)
+    assert all(b["messages"][-1]["role"] == "user" and b["min_tokens"] == 4 * 4 - 3 for b in sheets)
     assert found.raw["answers"][0] == "1: yes\n2: no\n3: yes\n4: no"  # written whole, nothing glued on
     assert backend.probed()[PREFILL] is None
     lacks = backend.capabilities()[PREFILL]
@@ -175,3 +175,43 @@ def test_constraints_go_as_gbnf_where_the_server_ignores_the_other_fields():
     assert ["structured_outputs" in b for b in sent] == [True, False, False, False]
     assert [b.get("grammar") for b in sent] == [None, None] + ['root ::= "Yes" | "No"\n'] * 2
     assert backend.probed()["structured output (choice)"] == "gbnf" and backend.capabilities() == {}
+
+
+def test_min_tokens_is_sent_where_the_server_honours_it():
+    """A server that holds back the end of an answer for `min_tokens` (vLLM's and llama-cpp-python's do) gets it;
+    one that ignores the field does not."""
+    bodies = []
+
+    async def handler(request):
+        from harness.loopback import chat_completion, json_response
+
+        body = request.json()
+        bodies.append(body)
+        answer = chat_completion(["yes"])
+        answer["usage"]["completion_tokens"] = max(2, body.get("min_tokens", 0))
+        return json_response(answer)
+
+    request = GenerateRequest(user_chat("sheet"), SamplingParams(max_tokens=40, min_tokens=21))
+    with serve_in_thread(handler) as url:
+        backend = _backend(url)
+        (completion,) = _run(backend, backend.generate([request]))
+    assert completion.ok and backend.probed()[MIN_TOKENS] is True and backend.capabilities() == {}
+    assert [b.get("min_tokens") for b in bodies] == [None, 24, 21]  # the probe's two requests, then the request
+
+
+def test_min_tokens_is_not_sent_where_the_server_ignores_it():
+    bodies = []
+
+    async def handler(request):
+        from harness.loopback import chat_completion, json_response
+
+        bodies.append(request.json())
+        return json_response(chat_completion(["4"]))  # one token, whatever min_tokens says
+
+    request = GenerateRequest(user_chat("sheet"), SamplingParams(max_tokens=40, min_tokens=21))
+    with serve_in_thread(handler) as url:
+        backend = _backend(url)
+        (completion,) = _run(backend, backend.generate([request]))
+    assert completion.ok and backend.probed()[MIN_TOKENS] is False
+    assert backend.capabilities()[MIN_TOKENS].startswith("unsupported (ignored: the answer ended after 1 tokens)")
+    assert [b.get("min_tokens") for b in bodies] == [None, 24, None]

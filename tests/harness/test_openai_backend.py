@@ -338,7 +338,7 @@ def test_generate_sends_a_prefill_in_the_form_the_server_continues_and_no_min_to
     (body,) = asked(bodies)
     assert body["messages"] == [{"role": "user", "content": "sheet"}, {"role": "assistant", "content": "1:"}]
     assert (body["continue_final_message"], body["add_generation_prompt"]) == (True, False)
-    assert "min_tokens" not in body  # not part of the OpenAI API
+    assert "min_tokens" not in body  # not part of the OpenAI API: this server was found to ignore it
 
 
 def test_match_candidates_takes_the_best_variant() -> None:

@@ -114,6 +114,9 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path: Path
     assert ours[ROW]["benchmarks"]["ultrafeedback"]["acc"]["n"] == 60
     manifest = json.loads((out / "manifest.json").read_text())
     assert [s.get("status") for s in manifest["sessions"]] == [None, "finished", "finished"]  # killed: no status
+    # Every setting of the row is recorded, defaults included (the canonical spec leaves them out).
+    assert manifest["evaluator_settings"] == {"pairwise-judge:model=openai:judge": {
+        "model": "openai:judge", "temperature": 0.0, "max_tokens": 512, "structured": True}}
 
 
 def test_report_rerenders_without_models(tmp_path: Path):

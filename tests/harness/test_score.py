@@ -13,6 +13,7 @@ class LengthJudge:
     """Scores by length; cannot score responses containing FAIL (recorded as a parse failure)."""
 
     spec = "length-judge"
+    settings = {"unit": "characters"}
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, int]] = []

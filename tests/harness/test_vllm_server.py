@@ -180,8 +180,8 @@ def test_judges_score_sets_through_the_server(server: str, evaluator: str, tmp_p
 
 def test_structured_outputs_prefill_and_n_through_the_server(server: str) -> None:
     """vLLM's server takes every capability the openai backend probes: `response_format` `json_schema` for the
-    rubric, `structured_outputs` for a choice and a regex, `continue_final_message` for the sheet's prefill, and
-    `n > 1`; each constrained answer keeps to its constraint."""
+    rubric, `structured_outputs` for a choice and a regex, `continue_final_message` for the sheet's prefill,
+    `n > 1` and `min_tokens`; each constrained answer keeps to its constraint."""
     from harness.backends.base import assistant_text
     from judges.dynamic import rubric_constraint
     from judges.rubric import parse_rubric
@@ -189,11 +189,13 @@ def test_structured_outputs_prefill_and_n_through_the_server(server: str) -> Non
 
     ask = user_chat("Write a grading rubric for answers to: what is the capital of France?")
     requests = [
-        GenerateRequest(ask, SamplingParams(max_tokens=256, constraint=rubric_constraint(256))),
+        # vLLM's server lets JSON carry free whitespace (xgrammar): room beyond the schema's 256-token bounds.
+        GenerateRequest(ask, SamplingParams(max_tokens=512, constraint=rubric_constraint(256))),
         GenerateRequest(user_chat("Is Paris in France?"), SamplingParams(max_tokens=8, constraint=VERDICT_CHOICE)),
         GenerateRequest(user_chat("Answer three yes/no questions about the sea."),
                         SamplingParams(max_tokens=24, constraint=sheet_constraint(3)), SHEET_PREFILL),
         GenerateRequest(user_chat("Name a colour."), SamplingParams(n=2, temperature=1.0, seed=3, max_tokens=8)),
+        GenerateRequest(user_chat("What is 2+2?"), SamplingParams(max_tokens=40, min_tokens=30)),
     ]
 
     async def run():
@@ -203,18 +205,20 @@ def test_structured_outputs_prefill_and_n_through_the_server(server: str) -> Non
         finally:
             await backend.close()
 
-    (rubric, verdict, sheet, colours), probed, lacking = asyncio.run(run())
-    for completion in (rubric, verdict, sheet, colours):
+    (rubric, verdict, sheet, colours, held), probed, lacking = asyncio.run(run())
+    for completion in (rubric, verdict, sheet, colours, held):
         assert completion.ok, completion.error
     assert len(parse_rubric(rubric.texts[0]).items) >= 1
     assert verdict.texts[0] in ("Yes", "No")
     assert sheet.continues_prefix and len(parse_answer_sheet(assistant_text(SHEET_PREFILL, sheet), 3)) == 3
     assert len(colours.texts) == 2
+    assert held.usage.completion_tokens >= 30
     assert probed == {
         "structured output (json_schema)": "json_schema",
         "structured output (choice)": "structured_outputs",
         "structured output (regex)": "structured_outputs",
         "assistant prefill": "continue_final_message",
         "n > 1": True,
+        "min_tokens": True,
     }
     assert lacking == {}

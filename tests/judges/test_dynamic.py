@@ -291,8 +291,12 @@ def test_structured_false_sends_free_text_and_is_named_in_the_spec():
     evaluator = build("dynamic-rubric:generator=fake-judge:m,structured=false", judge)
     asyncio.run(evaluator.score_set(PROMPT, RESPONSES, seed=7))
     assert all(r.params.constraint is None for r in judge.requests)
-    assert "structured=false" in evaluator.spec
-    assert "structured" not in build("dynamic-rubric:generator=fake-judge:m", FakeJudge()).spec  # the default
+    assert "structured=false" in evaluator.spec and evaluator.settings["structured"] is False
+    default = build("dynamic-rubric:generator=fake-judge:m", FakeJudge())
+    assert "structured" not in default.spec  # the default stays out of the name, and is in the settings
+    assert default.settings == {"generator": "fake-judge:m", "verifier": "fake-judge:m", "mode": "per_item",
+                                "gen_temperature": 0.7, "gen_max_tokens": 1024, "verify_max_tokens": 16,
+                                "structured": True}
 
 
 def test_the_rubric_bounds_follow_the_generation_budget():
