@@ -1,7 +1,8 @@
-"""Benchmark items, the benchmark protocol, and the helpers loaders share.
+"""Benchmark items, the benchmark protocols, and the helpers loaders share.
 
 An evaluator benchmark yields items; each item becomes one `score_set` call (DESIGN.md §2): pairwise items with K=2,
-listwise items with K=len(responses). Items are frozen records; nothing here imports torch.
+listwise items with K=len(responses). A policy benchmark yields prompts for a policy to answer, each with what its
+judge needs (`PolicyItem`). Items are frozen records; nothing here imports torch.
 
 A benchmark loads from `data_dir/<folder>/` holding the upstream files in their original formats when a data dir is
 given, else from its Hugging Face dataset through `datasets` (the real path users run).
@@ -13,8 +14,9 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.seeds import derive_seed
 
@@ -57,6 +59,22 @@ class ListwiseItem:
 Item = PairwiseItem | ListwiseItem
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyItem:
+    """One prompt a policy answers (policy benchmarks: AlpacaEval 2, Arena-Hard v2.0, WildBench, WritingBench),
+    with what its judge needs."""
+
+    id: str
+    """Unique within the benchmark (stable across runs: generations and judgments are keyed by it)."""
+    messages: tuple[Message, ...]
+    """The conversation the policy continues: one user turn, or the upstream's earlier turns then the last user
+    turn (WildBench's multi-turn tasks)."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """What the judge needs, as upstream names it: AlpacaEval's reference `output` and `dataset`; Arena-Hard's
+    `category`, `subcategory` and the category's `baseline` answer; WildBench's `checklist` and tags; WritingBench's
+    `criteria`. JSON-ready values only."""
+
+
 @runtime_checkable
 class Benchmark(Protocol):
     """What every evaluator benchmark implements; registered with `@register("benchmark", name)`."""
@@ -72,6 +90,25 @@ class Benchmark(Protocol):
 
     def load(self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0) -> list[Item]:
         """The benchmark's items, in a stable order; `limit` keeps the first N; `seed` drives A/B randomisation."""
+        ...
+
+
+@runtime_checkable
+class PolicyBenchmark(Protocol):
+    """What every policy benchmark implements; registered with `@register("benchmark", name)` like the others.
+
+    `harness generate --benchmark NAME` answers its items' `messages`; its judge (`judges/`) reads their `meta`.
+    """
+
+    name: str
+    display: str
+    """How tables name it (`AlpacaEval 2`, `Arena-Hard v2.0`, `WildBench`, `WritingBench`)."""
+    kind: Literal["policy"]
+    metrics: tuple[Metric, ...]
+    """Its metrics, headline first; empty until its judge declares them."""
+
+    def load(self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0) -> list[PolicyItem]:
+        """The benchmark's items in the upstream order; `limit` keeps the first N."""
         ...
 
 

@@ -98,15 +98,9 @@ def benchmark_prompts(name: str, *, data_dir: Path | None, limit: int | None) ->
 
     register_all()
     benchmark = lookup("benchmark", name)
-    if not hasattr(benchmark, "prompts"):
+    if benchmark.kind != "policy":
         raise ConfigError(
             f"benchmark {name!r} is a {benchmark.kind} evaluator benchmark; --benchmark takes a policy benchmark's"
             " prompts (or pass --prompts FILE)"
         )
-    items: Iterator[PromptRecord] = iter(benchmark.prompts(data_dir=data_dir))
-    out = []
-    for record in items:
-        if limit is not None and len(out) >= limit:
-            break
-        out.append(record)
-    return out
+    return [PromptRecord(item.id, item.messages) for item in benchmark.load(data_dir=data_dir, limit=limit)]
