@@ -12,6 +12,10 @@ _MODULES = (
     "benchmarks.personalized_rb",
     "benchmarks.aeollm",
     "benchmarks.nectar",
+    "benchmarks.alpaca_eval2",
+    "benchmarks.arena_hard",
+    "benchmarks.wildbench",
+    "benchmarks.writingbench",
 )
 
 

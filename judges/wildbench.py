@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from benchmarks.wildbench import TASK_GROUPS
 from harness.errors import ConfigError
 
 __all__ = [
@@ -77,22 +78,6 @@ GROUPS = (
     "Coding & Debugging",
 )
 """The five task groups, in the leaderboard's column order (`_merge_results.py:merge_scores`)."""
-
-TASK_GROUPS: Mapping[str, str] = {
-    "Information seeking": "Information/Advice seeking",
-    "Creative Writing": "Creative Tasks",
-    "Coding & Debugging": "Coding & Debugging",
-    "Reasoning": "Planning & Reasoning",
-    "Editing": "Creative Tasks",
-    "Math": "Math & Data Analysis",
-    "Planning": "Planning & Reasoning",
-    "Brainstorming": "Creative Tasks",
-    "Role playing": "Creative Tasks",
-    "Advice seeking": "Information/Advice seeking",
-    "Data Analysis": "Math & Data Analysis",
-    "Others": "Creative Tasks",
-}
-"""Task tag -> group (`leaderboard/data_dir/_create_tables.py`, `task_group_new`)."""
 
 GROUP_WEIGHTS: Mapping[str, float] = {
     "Creative Tasks": 0.5,

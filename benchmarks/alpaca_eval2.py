@@ -1,0 +1,150 @@
+"""AlpacaEval 2: 805 instructions a policy answers, judged pairwise against GPT-4 Turbo's reference outputs.
+
+Upstream: `tatsu-lab/alpaca_eval` (GitHub; code Apache-2.0, **data CC BY-NC 4.0**). The 805 instructions
+come from self-instruct (252), OASST (188), Koala (156), Anthropic helpful-base (129) and Vicuna (80).
+AlpacaEval 2's reference (baseline) model is `gpt4_1106_preview`. There is no numeric id upstream: AlpacaEval
+joins a policy's outputs to the reference by instruction text, while the length-controlled GLM joins by
+position in the 805-order. So item ids are positions (`alpaca_eval:0000` .. `alpaca_eval:0804`) and the
+instruction text rides in `meta`.
+One record (abbreviated):
+
+    {"dataset": "helpful_base",
+     "instruction": "What are the names of some famous actors that started their careers on Broadway?",
+     "output": "Several famous actors started their careers on Broadway before making it big in ...",
+     "generator": "gpt4_1106_preview"}
+
+Data (`data_dir/alpaca_eval2/`): `reference_gpt4_1106_preview_model_outputs.json`, the repo's
+`results/gpt4_1106_preview/model_outputs.json` (a JSON array of the record above), read in file order.
+Hub (the default): the dataset `tatsu-lab/alpaca_eval` is a loading-script dataset (config
+`alpaca_eval_gpt4_baseline`, split `eval`), which `datasets` >= 4 no longer runs; so its JSON file
+`alpaca_eval_gpt4_baseline.json` (the same 805 records, same order) is read directly with the `json` builder.
+
+Items: messages = one user turn holding the instruction. `meta`: `index` (position, int), `instruction`,
+`reference` (the reference `output`), `reference_generator`, `dataset`. Checked: 805 records when not limited,
+every instruction a non-empty string and unique (the join key), the other fields strings.
+
+Official scoring (in `judges/alpaca.py`, by the `alpaca-eval` package's own functions): the judge
+`weighted_alpaca_eval_gpt4_turbo` compares the reference (`output_1`) with the policy's answer (`output_2`);
+`preference` in [1, 2] from the judge's logprobs; win rate = 100 * mean(preference - 1); the headline is the
+length-controlled win rate (its GLM).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from benchmarks import base
+from benchmarks.base import PolicyItem
+from harness.backends.base import Message
+from harness.errors import ConfigError
+from harness.jsonl import read_json
+from harness.registry import register
+
+HUB_ID = "tatsu-lab/alpaca_eval"
+HUB_FILE = "alpaca_eval_gpt4_baseline.json"
+HUB_DATA_FILES = f"hf://datasets/{HUB_ID}/{HUB_FILE}"
+"""The AlpacaEval 2 set on the Hub, read with the `json` builder (the repo's script needs datasets < 4)."""
+FOLDER = "alpaca_eval2"
+FILENAME = "reference_gpt4_1106_preview_model_outputs.json"
+N_INSTRUCTIONS = 805
+FIELDS = ("instruction", "output", "generator", "dataset")
+
+
+def item_id(index: int) -> str:
+    """The id of the instruction at `index` in the 805-order."""
+    return f"alpaca_eval:{index:04d}"
+
+
+def to_item(row: Any, index: int, where: str) -> PolicyItem:
+    """One upstream record (`index` = its position in the 805-order) as a policy item."""
+    if not isinstance(row, Mapping):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    missing = [f for f in FIELDS if f not in row]
+    if missing:
+        raise ConfigError(
+            f"{where}: missing field(s) {', '.join(missing)}; fields found: {', '.join(map(str, row))}"
+        )
+    for f in FIELDS:
+        if not isinstance(row[f], str):
+            raise ConfigError(f"{where}: field {f!r} must be a string, got {type(row[f]).__name__}")
+    if not row["instruction"].strip():
+        raise ConfigError(f"{where}: empty instruction")
+    meta = {
+        "index": index,
+        "instruction": row["instruction"],
+        "reference": row["output"],
+        "reference_generator": row["generator"],
+        "dataset": row["dataset"],
+    }
+    return PolicyItem(item_id(index), (Message("user", row["instruction"]),), meta)
+
+
+def _items(rows: Iterable[Any], *, source: str, limit: int | None) -> list[PolicyItem]:
+    if limit is not None and limit < 0:
+        raise ConfigError(f"limit must be >= 0, got {limit}")
+    items = [to_item(row, index, f"{source}: record {index}") for index, row in enumerate(rows)]
+    if limit is None and len(items) != N_INSTRUCTIONS:
+        raise ConfigError(f"{source}: expected {N_INSTRUCTIONS} AlpacaEval instructions, found {len(items)}")
+    counts = Counter(item.meta["instruction"] for item in items)
+    repeated = [text for text, n in counts.items() if n > 1]
+    if repeated:
+        shown = "; ".join(
+            f"{text[:60]!r} at records {[i.meta['index'] for i in items if i.meta['instruction'] == text]}"
+            for text in repeated[:3]
+        )
+        raise ConfigError(
+            f"{source}: {len(repeated)} instruction(s) repeated (AlpacaEval joins on the text): {shown}"
+        )
+    return items[:limit]
+
+
+def _local_rows(data_dir: Path) -> tuple[str, list[Any]]:
+    try:
+        path = base.data_folder(data_dir, FOLDER, required=[FILENAME]) / FILENAME
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc}; upstream: GitHub {HUB_ID} results/gpt4_1106_preview/model_outputs.json"
+        ) from None
+    rows = read_json(path)
+    if not isinstance(rows, list):
+        raise ConfigError(f"{path}: expected a JSON array of records, got {type(rows).__name__}")
+    return str(path), rows
+
+
+def _hub_rows() -> tuple[str, Any]:
+    """The Hub JSON file through `datasets`' `json` builder (a single `train` split)."""
+    try:
+        import datasets
+    except ImportError as exc:  # pragma: no cover - datasets is a core dependency
+        raise ConfigError("loading AlpacaEval 2 from the Hugging Face hub needs `datasets`") from exc
+    try:
+        rows = datasets.load_dataset("json", data_files=HUB_DATA_FILES, split="train")
+    except Exception as exc:  # datasets raises many types (connection, missing file)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(
+            f"cannot load {HUB_DATA_FILES}: {reason}; offline, pass --data-dir with "
+            f"{FOLDER}/{FILENAME} (the GitHub results/gpt4_1106_preview/model_outputs.json)"
+        ) from None
+    return HUB_DATA_FILES, rows
+
+
+class AlpacaEval2:
+    """AlpacaEval 2's 805 instructions with the `gpt4_1106_preview` reference outputs."""
+
+    name = "alpaca_eval2"
+    display = "AlpacaEval 2"
+    metrics = ()
+    kind: Literal["policy"] = "policy"
+
+    def load(
+        self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0
+    ) -> list[PolicyItem]:
+        """The instructions in the upstream order; `limit` keeps the first N; `seed` is unused."""
+        source, rows = _local_rows(Path(data_dir)) if data_dir is not None else _hub_rows()
+        return _items(rows, source=source, limit=limit)
+
+
+ALPACA_EVAL2 = register("benchmark", "alpaca_eval2")(AlpacaEval2())
