@@ -169,7 +169,7 @@ def generate(
         Optional[Path], typer.Option("--prompts", help="JSONL of {id, prompt | instruction | messages}.")
     ] = None,
     benchmark: Annotated[
-        Optional[str], typer.Option("--benchmark", help="A registered benchmark's prompts.")
+        Optional[str], typer.Option("--benchmark", help="A policy benchmark's prompts: alpaca_eval2, arena_hard_v2, wildbench, writingbench.")
     ] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Local benchmark files.")] = None,
     limit: Annotated[
