@@ -2,8 +2,8 @@
 
 Upstream: `lmarena/arena-hard-auto` (Apache-2.0), snapshot `196f6b8` (2025-06-20), the v2.0 code path:
 `gen_judgment.py`, `show_result.py`, `utils/math_utils.py`, `utils/add_markdown_info.py`,
-`utils/judge_utils.py` and `config/arena-hard-v2.0.yaml`. This module is our own code for the scoring half;
-prompt building and judge calls belong to the judging protocol that calls it.
+`utils/judge_utils.py` and `config/arena-hard-v2.0.yaml`. This module is our own code for both halves: the
+judge (`ArenaHardJudge`, below the scorer) and the scoring.
 
 One upstream judgment record (`data/arena-hard-v2.0/model_judgment/<judge>/<model>.jsonl`, abbreviated):
 `{"uid": "2edbb5f36f5b42be", "category": "hard_prompt", "judge": "gpt-4.1", "model": "m",
@@ -47,6 +47,8 @@ Deviations, stated:
   the caller.
 - `show_result.py`'s category loop filters an already filtered frame, so it can only score one category per
   run; here every category in the games is scored from all of them.
+
+The judge that plays the games is `judges.arena_hard_judge`.
 """
 
 from __future__ import annotations

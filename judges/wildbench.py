@@ -2,8 +2,8 @@
 
 Upstream: `allenai/WildBench` (GitHub, Apache-2.0), snapshot `d6b8dcaf` (2024-08-01); the task set (with
 `checklist`, `primary_tag`, `secondary_tags`) is the Hugging Face dataset `allenai/WildBench`, config `v2`,
-1,024 tasks. This module is the pure part of the protocol: parsing a judgment and scoring; building the judge
-prompt (`evaluation/eval_template.score.v2.md`) and calling the judge live elsewhere.
+1,024 tasks. This module holds the whole score protocol: parsing a judgment and scoring (the pure part, first),
+then the judge (`WildBenchJudge`, below) and `wildbench_result`, which turns its judgments into `wb_result`.
 
 One per-task judge record (`eval_results/v2.0625/score.v2/eval=gpt-4o-2024-05-13/*.json`, abbreviated):
 `{"session_id": "ae006110bb364606", "model_test": "gpt-3.5-turbo-0125", "score": "8", "model_output": "...",
@@ -37,6 +37,35 @@ Deviations, stated:
   `float()` accepts. No judgment in the two shipped per-task files (gpt-3.5-turbo-0125, gemma-7b-it) is
   outside 1..10, so their published numbers do not change. A value `float()` rejects (`"8/10"`) crashes the upstream leaderboard script; here it is a failure.
 - A failed judgment is counted in `n_failed` instead of vanishing from the results file.
+
+The judge (`WildBenchJudge`), as `src/eval.py` builds and sends the score-mode request:
+- One user message per task (the batch path's body, which produced the published results; the live path also
+  sends the system message "You are a helpful AI assistant."), greedy (`--temperature 0`), `max_tokens=1024`
+  (`--max_tokens`; the score scripts `evaluation/run_eval_v2_*.score.sh` change neither).
+- The prompt's inputs (`placeholder_generation`, `score` mode): `history` and `user_query` as the loader builds
+  them (`compose_eval_item`), the output, and the checklist as one `- item\n` line per checklist item. History,
+  query and output are each cut by `shorten` to `max_words` words, marked with `TRUNCATION_MARKER`; the score
+  scripts pass `--max_words_to_eval -1` (no cut), so that is the default here (argparse's 1000 is what the
+  pairwise scripts pass). The output as shown to the judge is what the group rule reads (the batch path cuts
+  `model_output` out of the prompt it sent, `batch_results_format.py`).
+- Our prompt (`judges/prompts/wildbench_score.txt`) by default; `template=PATH` reads upstream's
+  `evaluation/eval_template.score.v2.md` (placeholders `{$history}`, `{$user_query}`, `{$model_output}`,
+  `{$checklist}`). Deviation: upstream fills it by four `str.replace` calls in a row, so a `{$...}` inside an
+  inserted text would be filled again; here all four are filled in one pass (the same prompt for every text
+  that holds no placeholder).
+- An empty output (`is_empty_output`) gets `EMPTY_OUTPUT_JUDGMENT` and no request, as `placeholder_generation`
+  intends. (Both upstream paths in fact send it anyway: the batch file lists every task, and `run_eval` only
+  skips a task that already has a `parsed_result`, which the placeholder lacks.)
+- `structured=True` (default) asks for a JSON schema: `strengths` and `weaknesses` strings, then `score` as
+  one of the strings "1".."10". The string form is the form upstream's template asks for and every published
+  judgment has (`"score": "8"`); an enum of strings says "a whole number 1..10" in every schema dialect (strict
+  OpenAI schemas, vLLM, llama.cpp), where integer bounds are not honoured everywhere. Upstream's judge ran in
+  JSON mode (`json_object`, no schema). The properties keep that order (score last, after the analysis) on
+  every backend: `Constraint.json_schema` keeps the order of `properties`. The parser reads every answer either
+  way; a reasoning block (`<think>...</think>`) before the answer is skipped.
+- An answer `parse_judgment` cannot read is asked again once with the complaint
+  (`judges/prompts/retry_wildbench.txt`), then recorded as a PARSE failure; upstream has no re-ask (the batch
+  path drops the task, the live path records `{"N/A": "N/A"}`). A score is never defaulted.
 """
 
 from __future__ import annotations
@@ -44,30 +73,49 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.wildbench import TASK_GROUPS
-from harness.errors import ConfigError
+from harness.backends.base import Constraint, Message, SamplingParams
+from harness.errors import ConfigError, Failure
+from judges.templates import render_template
+from judges.verify import Ask, ask_all
+
+if TYPE_CHECKING:
+    from benchmarks.base import PolicyItem
+    from harness.backends.base import Backend
 
 __all__ = [
     "EMPTY_OUTPUT_JUDGMENT",
     "GROUPS",
     "GROUP_WEIGHTS",
+    "JUDGE_MAX_TOKENS",
     "LEADERBOARD_SCALE",
+    "SCORE_CONSTRAINT",
+    "SCORE_SCHEMA",
     "TASK_GROUPS",
     "TRUNCATION_MARKER",
+    "UPSTREAM_PLACEHOLDERS",
     "Judgment",
     "TaskScore",
     "WBScoreResult",
+    "WildBenchJudge",
+    "WildBenchJudgment",
+    "checklist_markdown",
     "counts_in_groups",
+    "fill_upstream_template",
     "is_empty_output",
     "parse_judgment",
     "parse_score",
+    "read_upstream_template",
+    "shorten",
     "task_groups",
     "task_macro_score",
     "wb_result",
     "wb_score",
+    "wildbench_result",
 ]
 
 GROUPS = (
@@ -264,6 +312,18 @@ class WBScoreResult:
         """The fields as a JSON-ready dict."""
         return asdict(self)
 
+    def leaderboard(self) -> dict[str, Any]:
+        """The numbers as the leaderboard prints them: `WB_score`, each group's score and `WB_score.task_macro`,
+        all x`LEADERBOARD_SCALE` (None where there is no score)."""
+        def shown(value: float | None) -> float | None:
+            return None if value is None else value * LEADERBOARD_SCALE
+
+        return {
+            "WB_score": shown(self.adjusted_score),
+            **{f"WB_score.{g}": shown(s) for g, s in self.task_categorized_scores.items()},
+            "WB_score.task_macro": shown(self.task_macro_score),
+        }
+
 
 def wb_result(tasks: Sequence[TaskScore]) -> WBScoreResult:
     """All WB-Score numbers of one policy from its per-task judgments (`_create_tables.py`, `score` mode).
@@ -298,3 +358,220 @@ def wb_result(tasks: Sequence[TaskScore]) -> WBScoreResult:
         n_failed=len(tasks) - len(scores),
         avg_len=sum(lengths) / len(lengths) if lengths else None,
     )
+
+
+# --- the judge: one checklist-guided 1-10 score per (task, policy output) ---
+
+JUDGE_MAX_TOKENS = 1024
+"""The judge's token budget (`src/eval.py`, `--max_tokens`; the score scripts keep it)."""
+UPSTREAM_PLACEHOLDERS = ("history", "user_query", "model_output", "checklist")
+"""The slots of upstream's `eval_template.score.v2.md`, written `{$name}` there."""
+_UPSTREAM_SLOT = re.compile(r"\{\$([A-Za-z_]+)\}")
+
+SCORE_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "strengths": {"type": "string"},
+        "weaknesses": {"type": "string"},
+        "score": {"type": "string", "enum": [str(n) for n in range(1, 11)]},
+    },
+    "required": ["strengths", "weaknesses", "score"],
+    "additionalProperties": False,
+}
+"""The structured answer: two strings, then the score as one of "1".."10" (see the module docstring)."""
+SCORE_CONSTRAINT = Constraint.json_schema(SCORE_SCHEMA, name="wb_score", think=True)
+"""`SCORE_SCHEMA` with its property order (the score last, after what it rests on) and an optional reasoning block."""
+
+
+def shorten(text: str, max_words: int) -> str:
+    """`src/eval.py:shorten`: the first `max_words` words (split on single spaces, as upstream) followed by
+    `TRUNCATION_MARKER` when the text has more; unchanged when it has fewer or `max_words` <= 0."""
+    words = text.split(" ")
+    if max_words > 0 and len(words) > max_words:
+        return " ".join(words[:max_words]) + TRUNCATION_MARKER
+    return text
+
+
+def checklist_markdown(checklist: Sequence[str]) -> str:
+    """The checklist as `src/eval.py:placeholder_generation` writes it: one `- item` line each, newline-ended."""
+    return "".join(f"- {entry}\n" for entry in checklist)
+
+
+def read_upstream_template(path: str | Path) -> str:
+    """The text of upstream's score template file, checked to hold exactly its four `{$...}` placeholders.
+
+    Raises:
+        ConfigError: when the file cannot be read or its placeholders differ (e.g. the pairwise template).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the WildBench template {path}: {exc.strerror}") from None
+    found = set(_UPSTREAM_SLOT.findall(text))
+    if found != set(UPSTREAM_PLACEHOLDERS):
+        raise ConfigError(
+            f"{path}: a WildBench score template needs exactly the placeholders "
+            f"{', '.join('{$' + n + '}' for n in UPSTREAM_PLACEHOLDERS)}; found {sorted(found)}"
+        )
+    return text
+
+
+def fill_upstream_template(template: str, **values: str) -> str:
+    """Upstream's score template with every `{$name}` replaced by `values[name]`, in one pass over the template
+    (an inserted text holding `{$history}` is copied as it is, never filled again).
+
+    Raises:
+        ValueError: when the values are not exactly the four `UPSTREAM_PLACEHOLDERS`.
+    """
+    if set(values) != set(UPSTREAM_PLACEHOLDERS):
+        raise ValueError(f"the WildBench template takes {', '.join(UPSTREAM_PLACEHOLDERS)}; got {sorted(values)}")
+    return _UPSTREAM_SLOT.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def _read_answer(text: str) -> Judgment:
+    """A judge answer with a score, for `Ask`: reasoning before the last `</think>` is skipped, the rest goes to
+    `parse_judgment`; raises `ValueError` (the complaint for the re-ask) when there is no 1..10 score."""
+    answer = text[text.rfind("</think>") + len("</think>"):] if "</think>" in text else text
+    if "<think>" in answer:
+        raise ValueError("the answer ended inside <think> before giving the JSON object")
+    judgment = parse_judgment(answer)
+    if judgment.score is None:
+        raise ValueError(judgment.error or "no score")
+    return judgment
+
+
+@dataclass(frozen=True, slots=True)
+class WildBenchJudgment:
+    """The judge's score for one (task, policy output) pair."""
+
+    item: str
+    """The `PolicyItem` id."""
+    score: float | None
+    """The 1-10 score; 1 for an empty output (not judged); None when the judgment failed (see `failure`)."""
+    shown: str
+    """The output as the judge saw it (after `shorten`): what `counts_in_groups` and `avg_len` read."""
+    judged: bool = True
+    """False for an empty output, scored by `EMPTY_OUTPUT_JUDGMENT` without a request."""
+    failure: Failure | None = None
+    """Why there is no score: the backend's failure, or PARSE after the re-ask."""
+    raw: dict[str, Any] = field(default_factory=dict)
+    """`answers`: the judge's answers (first and, if re-asked, second); `fallback`: whether the score was read
+    by upstream's regex fallback (the answer was not valid JSON); `fixed`: the judgment of an empty output."""
+
+    def task_score(self, item: PolicyItem) -> TaskScore:
+        """The `wb_result` input of this judgment, with the task's tags (`primary_tag`, then `secondary_tags`)."""
+        if item.id != self.item:
+            raise ConfigError(f"judgment of {self.item} paired with task {item.id}")
+        return TaskScore(self.score, (item.meta["primary_tag"], *item.meta["secondary_tags"]), self.shown)
+
+
+class WildBenchJudge:
+    """WildBench v2's WB-Score judge: each policy output scored 1-10 against the task's checklist.
+
+    The prompt is ours (`judges/prompts/wildbench_score.txt`) unless `template` names upstream's
+    `eval_template.score.v2.md`. `max_words` cuts history, query and output as `src/eval.py:shorten` does
+    (<= 0: no cut, the score scripts' `-1`). `structured` asks the backend for `SCORE_SCHEMA`. See the module
+    docstring for the upstream rules and the deviations.
+    """
+
+    def __init__(self, backend: Backend, *, template: str | Path | None = None, structured: bool = True,
+                 max_tokens: int = JUDGE_MAX_TOKENS, max_words: int = -1) -> None:
+        if max_tokens < 1:
+            raise ConfigError(f"WildBench judge max_tokens must be >= 1, got {max_tokens}")
+        self.backend = backend
+        self.template = None if template is None else str(template)
+        self._upstream = read_upstream_template(template) if template is not None else None
+        self.structured = structured
+        self.max_tokens = max_tokens
+        self.max_words = max_words
+        self.requests = 0
+        """Requests sent to the backend (re-asks included)."""
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What the judgment depends on besides the judge model (recorded with every judgment)."""
+        return {"template": self.template or "ours", "structured": self.structured,
+                "max_tokens": self.max_tokens, "max_words": self.max_words}
+
+    @property
+    def params(self) -> SamplingParams:
+        """Greedy, `max_tokens`, and the score schema when `structured`."""
+        return SamplingParams(temperature=0.0, max_tokens=self.max_tokens,
+                              constraint=SCORE_CONSTRAINT if self.structured else None)
+
+    def prompt(self, item: PolicyItem, output: str) -> str:
+        """The judge's prompt for `output` on `item` (`history`, `user_query`, `checklist` from its meta)."""
+        values = {
+            "history": shorten(item.meta["history"], self.max_words),
+            "user_query": shorten(item.meta["user_query"], self.max_words),
+            "model_output": shorten(output, self.max_words),
+            "checklist": checklist_markdown(item.meta["checklist"]),
+        }
+        if self._upstream is not None:
+            return fill_upstream_template(self._upstream, **values)
+        if not values["history"]:
+            values["history"] = "(none: the current query opens the conversation)"
+        return render_template("wildbench_score", **values)
+
+    async def judge_all(self, pairs: Sequence[tuple[PolicyItem, str]], *, seed: int) -> list[WildBenchJudgment]:
+        """Score every (item, policy output) pair: one request each in one batch, one re-ask batch for the
+        unreadable answers; empty outputs get score 1 without a request. Aligned with `pairs`.
+
+        `seed` is accepted for the judges' common call and unused: the judge is greedy and shows one output.
+        """
+        del seed
+        out: list[WildBenchJudgment | None] = [None] * len(pairs)
+        todo, asks = [], []
+        fixed = parse_judgment(EMPTY_OUTPUT_JUDGMENT)
+        for i, (item, output) in enumerate(pairs):
+            shown = shorten(output, self.max_words)
+            if is_empty_output(output):
+                raw = {"answers": [], "fallback": False, "fixed": EMPTY_OUTPUT_JUDGMENT}
+                out[i] = WildBenchJudgment(item.id, fixed.score, shown, judged=False, raw=raw)
+                continue
+            todo.append((i, shown))
+            asks.append(Ask((Message("user", self.prompt(item, output)),), self.params, _read_answer,
+                            lambda problem: render_template("retry_wildbench", problem=problem)))
+        if asks:
+            requests, _ = await ask_all(self.backend, asks)
+            self.requests += requests
+        for (i, shown), ask in zip(todo, asks):
+            item_id = pairs[i][0].id
+            raw = {"answers": list(ask.texts), "fallback": False}
+            if ask.failure is not None:
+                out[i] = WildBenchJudgment(item_id, None, shown, failure=ask.failure, raw=raw)
+                continue
+            raw["fallback"] = ask.result.fallback
+            out[i] = WildBenchJudgment(item_id, ask.result.score, shown, raw=raw)
+        return out  # type: ignore[return-value]
+
+
+def wildbench_result(judgments: Sequence[WildBenchJudgment], items: Sequence[PolicyItem]) -> WBScoreResult:
+    """WB-Score, group scores and task-macro (`wb_result`) of one policy's judgments, the tags from `items`.
+
+    The result is unscaled; the leaderboard prints `adjusted_score`, the group scores and `task_macro_score`
+    x`LEADERBOARD_SCALE` (10): `WBScoreResult.leaderboard()`. Failed judgments count in `n_failed` only.
+
+    Raises:
+        ConfigError: when the judgments and items do not match one to one (by id), or on an unknown tag.
+        ValueError: on no judgments.
+    """
+    by_id: dict[str, PolicyItem] = {}
+    for item in items:
+        if item.id in by_id:
+            raise ConfigError(f"WildBench task {item.id} is listed twice")
+        by_id[item.id] = item
+    seen: set[str] = set()
+    tasks = []
+    for judgment in judgments:
+        if judgment.item not in by_id:
+            raise ConfigError(f"judgment of {judgment.item}, which is not among the {len(by_id)} tasks given")
+        if judgment.item in seen:
+            raise ConfigError(f"WildBench task {judgment.item} has more than one judgment")
+        seen.add(judgment.item)
+        tasks.append(judgment.task_score(by_id[judgment.item]))
+    missing = [i for i in by_id if i not in seen]
+    if missing:
+        raise ConfigError(f"{len(missing)} WildBench task(s) have no judgment (first: {missing[0]}); record a "
+                          "failed judgment instead of leaving a task out")
+    return wb_result(tasks)

@@ -44,7 +44,8 @@ class Constraint:
     kind: ConstraintKind
     """What `spec` is."""
     spec: str
-    """`json_schema`: the schema as canonical JSON; `regex`: the pattern (the whole output matches it);
+    """`json_schema`: the schema as canonical compact JSON (keys sorted, except the order of `properties`, which is
+    the order a grammar has the model write them: reasoning fields before a score); `regex`: the pattern (the whole output matches it);
     `choice`: the options as a JSON list of strings (the output is exactly one of them)."""
     think: bool = False
     """Allow a reasoning block `<think>...</think>` (and whitespace) before the constrained text, for models that
@@ -58,7 +59,7 @@ class Constraint:
 
     @classmethod
     def json_schema(cls, schema: Mapping[str, Any], *, name: str = "output", think: bool = False) -> Constraint:
-        return cls("json_schema", json.dumps(schema, sort_keys=True, separators=(",", ":")), think, name)
+        return cls("json_schema", json.dumps(_canonical_schema(schema), separators=(",", ":")), think, name)
 
     @classmethod
     def regex(cls, pattern: str, *, think: bool = False) -> Constraint:
@@ -94,6 +95,16 @@ class Constraint:
         if self.kind == "choice":
             return Constraint.choice([prefix + option for option in self.options], think=self.think)
         return None
+
+
+def _canonical_schema(node: Any, *, ordered: bool = False) -> Any:
+    """`node` with every object's keys sorted, except a `properties` object's own keys (their order is kept)."""
+    if isinstance(node, Mapping):
+        keys = list(node) if ordered else sorted(node)
+        return {k: _canonical_schema(node[k], ordered=(k == "properties" and not ordered)) for k in keys}
+    if isinstance(node, list):
+        return [_canonical_schema(v) for v in node]
+    return node
 
 
 def regex_literal(text: str) -> str:

@@ -27,7 +27,7 @@ def lark_grammar(constraint: Constraint) -> str:
         # Compact JSON (no free whitespace between tokens): a model cannot spend its budget on blank lines.
         schema = {**constraint.schema, "x-guidance": {"whitespace_flexible": False, "key_separator": ": ",
                                                       "item_separator": ", "}}
-        body = "body: %json " + json.dumps(schema, sort_keys=True)
+        body = "body: %json " + json.dumps(schema)  # property order kept: the model writes them in this order
     elif constraint.kind == "regex":
         body = "body: BODY\nBODY: /" + constraint.spec.replace("/", "\\/") + "/"
     else:

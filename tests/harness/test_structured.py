@@ -148,6 +148,17 @@ def test_a_schema_keeps_its_key_order_independent_canonical_form():
     assert a == b and hash(a) == hash(b)
 
 
+def test_the_order_of_properties_is_kept_because_the_model_writes_them_in_it():
+    from harness.backends.grammar import lark_grammar
+
+    reason_first = {"type": "object", "properties": {"why": {"type": "string"}, "score": {"type": "integer"}}}
+    score_first = {"properties": {"score": {"type": "integer"}, "why": {"type": "string"}}, "type": "object"}
+    a, b = Constraint.json_schema(reason_first), Constraint.json_schema(score_first)
+    assert a != b and list(a.schema["properties"]) == ["why", "score"]
+    grammar = lark_grammar(a)
+    assert grammar.index('"why"') < grammar.index('"score"')
+
+
 def test_an_unreadable_tokenizer_falls_back_to_free_text(tmp_path: Path, caplog):
     """A tokenizer llguidance cannot read (here: Metaspace) generates without the mask, with one warning."""
     model = str(build_tiny_lm(tmp_path / "metaspace"))
