@@ -116,19 +116,9 @@ def _local_rows(data_dir: Path) -> tuple[str, list[Any]]:
 
 def _hub_rows() -> tuple[str, Any]:
     """The Hub JSON file through `datasets`' `json` builder (a single `train` split)."""
-    try:
-        import datasets
-    except ImportError as exc:  # pragma: no cover - datasets is a core dependency
-        raise ConfigError("loading AlpacaEval 2 from the Hugging Face hub needs `datasets`") from exc
-    try:
-        rows = datasets.load_dataset("json", data_files=HUB_DATA_FILES, split="train")
-    except Exception as exc:  # datasets raises many types (connection, missing file)
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(
-            f"cannot load {HUB_DATA_FILES}: {reason}; offline, pass --data-dir with "
-            f"{FOLDER}/{FILENAME} (the GitHub results/gpt4_1106_preview/model_outputs.json)"
-        ) from None
-    return HUB_DATA_FILES, rows
+    hint = (f"offline, pass --data-dir with {FOLDER}/{FILENAME} (the GitHub "
+            "results/gpt4_1106_preview/model_outputs.json)")
+    return HUB_DATA_FILES, base.load_json_file(HUB_DATA_FILES, hint=hint)
 
 
 class AlpacaEval2:

@@ -144,15 +144,28 @@ def load_hub(dataset_id: str, *, split: str, config: str | None = None, revision
     Raises:
         ConfigError: with the dataset id and the reason, plus a hint to use `--data-dir` offline.
     """
+    return _load_dataset(f"Hugging Face dataset {dataset_id!r} (split {split!r})",
+                         "offline, pass --data-dir with the upstream files",
+                         dataset_id, config, split=split, revision=revision)
+
+
+def load_json_file(url: str, *, hint: str = "offline, pass --data-dir with the upstream files"):
+    """A JSON array or JSON-lines file at `url` (`hf://datasets/...`, `https://...`) through `datasets`' json
+    builder (its one split, `train`): for upstreams that publish files rather than a loadable dataset.
+
+    Raises:
+        ConfigError: with the URL, the reason and `hint`.
+    """
+    return _load_dataset(url, hint, "json", data_files=url, split="train")
+
+
+def _load_dataset(what: str, hint: str, *args, **kwargs):
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - datasets is a core dependency
         raise ConfigError("loading benchmarks from the Hugging Face hub needs `datasets`") from exc
     try:
-        return datasets.load_dataset(dataset_id, config, split=split, revision=revision)
-    except Exception as exc:  # datasets raises many types (connection, missing split, gated repo)
+        return datasets.load_dataset(*args, **kwargs)
+    except Exception as exc:  # datasets raises many types (connection, missing split, gated repo, bad JSON)
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(
-            f"cannot load Hugging Face dataset {dataset_id!r} (split {split!r}): {reason}; "
-            "offline, pass --data-dir with the upstream files"
-        ) from None
+        raise ConfigError(f"cannot load {what}: {reason}; {hint}") from None

@@ -40,6 +40,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
+from benchmarks import base
 from benchmarks.base import PolicyItem
 from harness.backends.base import Message
 from harness.errors import ConfigError
@@ -175,28 +176,9 @@ def _local_rows(data_dir: Path, version: str, subset: str | None) -> Iterator[tu
     )
 
 
-def load_remote(url: str) -> Any:
-    """A JSON-lines file at `url` through `datasets`' json builder (split `train`, the builder's default).
-
-    Raises:
-        ConfigError: with the URL and the reason, plus a hint to use `--data-dir` offline.
-    """
-    try:
-        import datasets
-    except ImportError as exc:  # pragma: no cover - datasets is a core dependency
-        raise ConfigError("loading WritingBench without a data dir needs `datasets`") from exc
-    try:
-        return datasets.load_dataset("json", data_files=url, split="train")
-    except Exception as exc:  # noqa: BLE001 - datasets raises many types (connection, offline, bad JSON)
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(
-            f"cannot load {url}: {reason}; offline, pass --data-dir with the upstream files"
-        ) from None
-
-
 def _remote_rows(version: str, subset: str | None) -> Iterator[tuple[str, Any]]:
     url = source_url(version, subset)
-    for index, row in enumerate(load_remote(url)):
+    for index, row in enumerate(base.load_json_file(url)):
         yield f"{url} row {index}", row
 
 
