@@ -148,3 +148,26 @@ class FakePool:
     def get(self, spec: str) -> FakeJudge:
         self.specs.append(spec)
         return self.by_spec.get(spec, self.default)
+
+
+def loopback_judge_backend(url: str):
+    """An `openai` backend on a loopback judge server, with backoffs short enough that retried faults take
+    milliseconds."""
+    from harness.backends.base import BackendOptions
+    from harness.backends.openai_backend import OpenAIBackend
+
+    return OpenAIBackend("judge", BackendOptions(base_url=url, max_attempts=3, timeout=5),
+                         backoff_base_s=0.01, backoff_cap_s=0.02)
+
+
+def judge_all_closing(judge, backend, pairs, *, seed: int = 0):
+    """`judge.judge_all(pairs, seed=seed)` in a fresh event loop, closing `backend` afterwards."""
+    import asyncio
+
+    async def go():
+        try:
+            return await judge.judge_all(pairs, seed=seed)
+        finally:
+            await backend.close()
+
+    return asyncio.run(go())

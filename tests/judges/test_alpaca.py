@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+from judge_fakes import judge_all_closing, loopback_judge_backend
 
 from harness.backends.openai_backend import PROBE_QUESTION
 from harness.errors import ConfigError, FailureCategory
@@ -156,25 +157,14 @@ def _items(alpaca_dir: Path, n: int):
 
 
 def _judge(url: str, **kwargs):
-    from harness.backends.base import BackendOptions
-    from harness.backends.openai_backend import OpenAIBackend
     from judges.alpaca import AlpacaJudge
 
-    backend = OpenAIBackend("judge", BackendOptions(base_url=url, max_attempts=3, timeout=5),
-                            backoff_base_s=0.01, backoff_cap_s=0.02)
+    backend = loopback_judge_backend(url)
     return AlpacaJudge(backend, **kwargs), backend
 
 
 def _run_judge(judge, backend, pairs, seed=0):
-    import asyncio
-
-    async def go():
-        try:
-            return await judge.judge_all(pairs, seed=seed)
-        finally:
-            await backend.close()
-
-    return asyncio.run(go())
+    return judge_all_closing(judge, backend, pairs, seed=seed)
 
 
 def test_logprob_judgments_are_weighted_and_mapped_back_to_the_reference_frame(alpaca_dir: Path):

@@ -5,7 +5,6 @@ per-category system prompt and upstream's prompts read from the user's copy."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from judge_fakes import judge_all_closing, loopback_judge_backend
 
 from benchmarks.arena_hard import load_arena_hard
 from benchmarks.base import PolicyItem
@@ -102,21 +102,12 @@ def creative_items(shared_data: Path) -> list[PolicyItem]:
 
 
 def _run(server: JudgeServer, pairs, *, seed: int = 0, **kwargs):
-    from harness.backends.base import BackendOptions
-    from harness.backends.openai_backend import OpenAIBackend
     from harness.loopback import serve_in_thread
 
-    async def go(url: str):
-        backend = OpenAIBackend("judge", BackendOptions(base_url=url, max_attempts=3, timeout=5),
-                                backoff_base_s=0.01, backoff_cap_s=0.02)
-        judge = ArenaHardJudge(backend, **kwargs)
-        try:
-            return judge, await judge.judge_all(pairs, seed=seed)
-        finally:
-            await backend.close()
-
     with serve_in_thread(server) as url:
-        return asyncio.run(go(url))
+        backend = loopback_judge_backend(url)
+        judge = ArenaHardJudge(backend, **kwargs)
+        return judge, judge_all_closing(judge, backend, pairs, seed=seed)
 
 
 def _bodies_of(server: JudgeServer, item: PolicyItem) -> list[dict]:

@@ -7,12 +7,12 @@ upstream's template is read from the shared data.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from pathlib import Path
 
 import pytest
+from judge_fakes import judge_all_closing, loopback_judge_backend
 
 from benchmarks.wildbench import to_item
 from harness.backends.openai_backend import PROBE_QUESTION
@@ -85,25 +85,14 @@ class JudgeServer:
 
 
 def _judge(url: str, **kwargs):
-    from harness.backends.base import BackendOptions
-    from harness.backends.openai_backend import OpenAIBackend
-
-    backend = OpenAIBackend("judge", BackendOptions(base_url=url, max_attempts=3, timeout=5),
-                            backoff_base_s=0.01, backoff_cap_s=0.02)
+    backend = loopback_judge_backend(url)
     return WildBenchJudge(backend, **kwargs), backend
 
 
 def _run(server: JudgeServer, pairs, **kwargs):
     with serve_in_thread(server) as url:
         judge, backend = _judge(url, **kwargs)
-
-        async def go():
-            try:
-                return await judge.judge_all(pairs, seed=0)
-            finally:
-                await backend.close()
-
-        return asyncio.run(go()), judge
+        return judge_all_closing(judge, backend, pairs), judge
 
 
 def test_scores_are_parsed_and_aggregated_to_the_hand_computed_wb_score():

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from judge_fakes import judge_all_closing, loopback_judge_backend
 
 from harness.backends.openai_backend import PROBE_QUESTION
 from harness.errors import ConfigError, Failure, FailureCategory
@@ -73,22 +74,12 @@ def _pick(items, *indices: int):
 
 
 def _judge(url: str, **kwargs):
-    from harness.backends.base import BackendOptions
-    from harness.backends.openai_backend import OpenAIBackend
-
-    backend = OpenAIBackend("judge", BackendOptions(base_url=url, max_attempts=3, timeout=5),
-                            backoff_base_s=0.01, backoff_cap_s=0.02)
+    backend = loopback_judge_backend(url)
     return WritingBenchJudge(backend, **kwargs), backend
 
 
 def _run(judge, backend, pairs, seed=0):
-    async def go():
-        try:
-            return await judge.judge_all(pairs, seed=seed)
-        finally:
-            await backend.close()
-
-    return asyncio.run(go())
+    return judge_all_closing(judge, backend, pairs, seed=seed)
 
 
 def _names(item) -> list[str]:
