@@ -36,8 +36,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from benchmarks import base
 from benchmarks.base import PolicyItem
+from benchmarks.scoring import Aggregate, Metric, Unavailable
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_json
@@ -121,12 +124,98 @@ def _hub_rows() -> tuple[str, Any]:
     return HUB_DATA_FILES, base.load_json_file(HUB_DATA_FILES, hint=hint)
 
 
+# --- metrics over judged records (`judges.policy`: scores = (preference,), trace["annotation"] the texts) ---
+
+
+def _preference(record: Any) -> float | None:
+    return record.scores[0] if record.scores else None
+
+
+def _judged(record: Any) -> bool:
+    return _preference(record) is not None
+
+
+def _weights(records: Any) -> np.ndarray:
+    return np.array([float(_judged(r)) for r in records])
+
+
+def _discrete(record: Any) -> float:
+    p = _preference(record)
+    return 0.0 if p is None else 1.0 if p > 1.5 else 0.5 if p == 1.5 else 0.0
+
+
+def annotations(records: Any) -> list[dict[str, Any]]:
+    """alpaca_eval annotation rows of the judged records, in dataset order (`judges.alpaca` reads them)."""
+    rows = []
+    for r in sorted(records, key=lambda r: int(r.meta["index"])):
+        if _judged(r):
+            rows.append({**r.trace["annotation"], "generator_2": r.evaluator,
+                         "annotator": (r.trace.get("judge") or {}).get("model", "judge"),
+                         "preference": _preference(r)})
+    return rows
+
+
+def _leaderboard(records: Any) -> dict[str, Any]:
+    """alpaca_eval's `get_winrate` numbers (standard error, wins, draws) and `avg_length`."""
+    from judges.alpaca import alpaca_metrics
+
+    rows = annotations(records)
+    try:
+        return alpaca_metrics(rows) if rows else {}
+    except ConfigError as exc:
+        return {"unavailable": str(exc)}
+
+
+def _length_controlled(records: Any) -> Aggregate:
+    from judges.alpaca import length_controlled
+
+    indices = {int(r.meta["index"]) for r in records}
+    if len(records) != N_INSTRUCTIONS or indices != set(range(N_INSTRUCTIONS)):
+        raise Unavailable(f"the length-controlled win rate needs all {N_INSTRUCTIONS} instructions judged; "
+                          f"the run holds {len(indices)} (--limit)")
+    failed = sum(not _judged(r) for r in records)
+    if failed:
+        raise Unavailable(f"the length-controlled win rate needs every instruction judged; {failed} judgments "
+                          "failed")
+    rows = annotations(records)
+    try:
+        found = length_controlled(rows, [row["instruction"] for row in rows])
+    except ConfigError as exc:
+        raise Unavailable(str(exc)) from None
+    value, se = found["length_controlled_winrate"] / 100, found["lc_standard_error"] / 100
+    return Aggregate(value, (value - 1.96 * se, value + 1.96 * se), found)
+
+
+_JUDGED = "; a failed judgment is left out and counted in n_failed"
+WIN_RATE = Metric(
+    "win_rate", "WR",
+    "win rate against the reference: mean of (preference - 1), the judge's P(policy's answer is better) "
+    "(alpaca_eval's win_rate)" + _JUDGED,
+    lambda r: (_preference(r) or 1.0) - 1.0, lambda r: _preference(r) == 1.5, binary=False, weights=_weights,
+    failed=lambda r: not _judged(r), details=_leaderboard,
+)
+DISCRETE_WIN_RATE = Metric(
+    "discrete_win_rate", "discrete WR",
+    "discrete win rate: a preference above 1.5 wins, 1.5 draws (half), below loses (alpaca_eval's "
+    "discrete_win_rate)" + _JUDGED,
+    _discrete, lambda r: _preference(r) == 1.5, binary=False, weights=_weights, failed=lambda r: not _judged(r),
+)
+LC_WIN_RATE = Metric(
+    "lc_win_rate", "LC",
+    "length-controlled win rate by alpaca_eval's length_controlled_v1 GLM (needs all 805 instructions judged "
+    "and df_gamed.csv from the Hugging Face Hub); interval +-1.96 x its standard error; compare gates the win "
+    "rate instead",
+    lambda r: (_preference(r) or 1.0) - 1.0, lambda r: _preference(r) == 1.5, binary=False, weights=_weights,
+    failed=lambda r: not _judged(r), aggregate=_length_controlled, gated=False,
+)
+
+
 class AlpacaEval2:
     """AlpacaEval 2's 805 instructions with the `gpt4_1106_preview` reference outputs."""
 
     name = "alpaca_eval2"
     display = "AlpacaEval 2"
-    metrics = ()
+    metrics = (LC_WIN_RATE, WIN_RATE, DISCRETE_WIN_RATE)
     kind: Literal["policy"] = "policy"
 
     def load(

@@ -46,8 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from benchmarks import base
 from benchmarks.base import PolicyItem
+from benchmarks.scoring import Aggregate, Metric
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_json, read_jsonl
@@ -263,12 +266,65 @@ def load_arena_hard(
     )
 
 
+# --- metrics over judged records (`judges.policy`: scores = the policy's points in game 1 and game 2,
+# trace["judgment"]["games"] the two games with their verdict labels) ---
+
+_STRONG = 3  # `judges.arena_hard.STRONG_WEIGHT`: battles a strong label counts for
+
+
+def _games(record: Any) -> list[dict[str, Any]]:
+    return list((record.trace.get("judgment") or {}).get("games") or ())
+
+
+def _battles(record: Any) -> list[float]:
+    """The record's battle outcomes (upstream's exploded rows); none when a game has no verdict."""
+    games = _games(record)
+    if len(games) != 2 or any(g["verdict"] is None for g in games) or any(s is None for s in record.scores):
+        return []
+    out: list[float] = []
+    for game, points in zip(games, record.scores):
+        out += [points] * (_STRONG if ">>" in game["verdict"] or "<<" in game["verdict"] else 1)
+    return out
+
+
+def _category_score(category: str):
+    def aggregate(records: Any) -> Aggregate:
+        from judges.arena_hard import ArenaGame, arena_hard_score
+
+        games = [ArenaGame(**g) for r in records for g in _games(r)]
+        found = arena_hard_score(games, seed=0).category(category)
+        return Aggregate(found.score, (found.lower, found.upper), found.to_json())
+
+    return aggregate
+
+
+def _category_metric(category: str, display: str) -> Metric:
+    return Metric(
+        category, display,
+        f"{display}: the policy's score against the category baseline (two games per question, positions "
+        "swapped, a strong verdict counts 3 battles); upstream's mean of 100 bootstrap resamples of the battles "
+        "with their 5-95% interval, no style control; a question with a game left unjudged is dropped and "
+        "counted in n_failed",
+        lambda r: float(np.mean(b)) if (b := _battles(r)) else 0.0,
+        lambda r: any(g.get("verdict") in ("A=B", "B=A") for g in _games(r)),
+        binary=False,
+        weights=lambda records: np.array([float(len(_battles(r))) for r in records]),
+        failed=lambda r: not _battles(r),
+        applies=lambda r: r.meta.get("category") == category,
+        aggregate=_category_score(category),
+    )
+
+
+HARD_PROMPT = _category_metric("hard_prompt", "hard prompts")
+CREATIVE_WRITING = _category_metric("creative_writing", "creative writing")
+
+
 class ArenaHardV2:
     """Arena-Hard v2.0's 750 questions with their category's baseline answer."""
 
     name = "arena_hard_v2"
     display = "Arena-Hard v2.0"
-    metrics = ()
+    metrics = (HARD_PROMPT, CREATIVE_WRITING)
     kind: Literal["policy"] = "policy"
 
     def load(

@@ -165,7 +165,11 @@ def _resampled_means(arrays: Sequence[np.ndarray], w: np.ndarray | None, n_resam
             if w is None:
                 means[start:stop, col] = arr[idx].mean(axis=1)
             else:
-                means[start:stop, col] = (arr[idx] * w[idx]).sum(axis=1) / w[idx].sum(axis=1)
+                # A resample that drew only weight-0 items (failed judgments) has no mean: NaN, left out of
+                # the quantiles (the interval is conditional on drawing something to average).
+                total = w[idx].sum(axis=1)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    means[start:stop, col] = np.where(total > 0, (arr[idx] * w[idx]).sum(axis=1) / total, np.nan)
     return means
 
 
@@ -192,7 +196,7 @@ def bootstrap_ci(
     arr = _floats(values, "values")
     _check_ci(n_resamples, alpha)
     means = _resampled_means([arr], _weights(weights, arr.size), n_resamples, seed)[:, 0]
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    lo, hi = np.nanquantile(means, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
 
 
@@ -215,7 +219,7 @@ def paired_bootstrap_ci(
         raise ValueError(f"base has {b.size} items, candidate {c.size}")
     _check_ci(n_resamples, alpha)
     means = _resampled_means([b, c], _weights(weights, b.size), n_resamples, seed)
-    lo, hi = np.quantile(means[:, 1] - means[:, 0], [alpha / 2, 1 - alpha / 2])
+    lo, hi = np.nanquantile(means[:, 1] - means[:, 0], [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
 
 

@@ -7,6 +7,13 @@ the per-item values are 0/1 (a strict accuracy, so McNemar's test applies when t
 aggregate is always the weighted mean of the per-item values, so a bootstrap over items (one run's interval, or the
 paired interval of two runs' difference) is the same computation for every benchmark.
 
+A policy benchmark's metrics read the judged records of `harness run table2` (kind `policy`): a judgment that
+failed has weight 0 (`failed` says so and `n_failed` counts it) rather than a worst value, since the policy
+answered and only the judge could not say how well. Where upstream's number is not a weighted mean of per-item
+values (AlpacaEval's length-controlled win rate: a GLM; Arena-Hard: a bootstrap mean; WildBench's task-macro
+score: a weighted sum over groups) the metric's `aggregate` computes it from the records, and the weighted mean
+stays what `harness compare` resamples. `applies` restricts a metric to some records (an Arena-Hard category).
+
 Adding a benchmark with a metric of its own: define the `Metric` in its module and list it in `metrics`.
 """
 
@@ -20,6 +27,26 @@ import numpy as np
 
 from benchmarks import metrics
 from harness.records import EvalRecord
+
+
+class Unavailable(Exception):
+    """An `aggregate` that cannot be computed for these records (saying why); the cell prints a dash."""
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """Upstream's value of a metric over one repeat's records, where it is not the weighted mean."""
+
+    value: float
+    """Unscaled, as `Metric.scale` expects."""
+    ci: tuple[float, float] | None = None
+    """Upstream's interval of `value`; None: the bootstrap interval of the weighted mean is reported."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Upstream's other numbers (standard error, counts), kept in results.json."""
+
+
+def _unscored(r: EvalRecord) -> bool:
+    return r.n_unscored > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +74,19 @@ class Metric:
     """Per-item weights of the aggregate, from the records of one run (None: every item counts the same)."""
     details: Callable[[Sequence[EvalRecord]], dict[str, Any]] | None = field(default=None, compare=False)
     """Extra numbers for results.json (RM-Bench's per-domain 3x3 matrices), from one repeat's records."""
+    failed: Callable[[EvalRecord], bool] = field(default=_unscored, compare=False)
+    """Whether a record counts in `n_failed` (default: a response left unscored)."""
+    applies: Callable[[EvalRecord], bool] | None = field(default=None, compare=False)
+    """Only the records this accepts enter the metric (None: all)."""
+    aggregate: Callable[[Sequence[EvalRecord]], Aggregate] | None = field(default=None, compare=False)
+    """Upstream's value from one repeat's records where it is not the weighted mean (may raise `Unavailable`)."""
+    gated: bool = True
+    """Compared by `harness compare` (False: the aggregate is a model fit whose per-item stand-in is another
+    metric of the benchmark, e.g. AlpacaEval's length-controlled win rate, gated through its win rate)."""
+
+    def select(self, records: Sequence[EvalRecord]) -> list[EvalRecord]:
+        """The records the metric is over (`applies`)."""
+        return list(records) if self.applies is None else [r for r in records if self.applies(r)]
 
     def values(self, records: Sequence[EvalRecord]) -> np.ndarray:
         return np.array([self.per_item(r) for r in records], dtype=float)
@@ -55,17 +95,37 @@ class Metric:
         return None if self.weights is None else np.asarray(self.weights(records), dtype=float)
 
     def result(self, records: Sequence[EvalRecord], **ci: Any) -> metrics.MetricResult:
-        """The metric over one repeat's records: value, n, n_failed, tie rate and bootstrap interval."""
+        """The metric over one repeat's records (`evaluate` without the aggregate's details)."""
+        return self.evaluate(records, **ci)[0]
+
+    def evaluate(self, records: Sequence[EvalRecord], **ci: Any) -> tuple[metrics.MetricResult, dict[str, Any]]:
+        """The metric over one repeat's records (those it `applies` to): value, n, n_failed, tie rate and
+        bootstrap interval; with `aggregate`, upstream's value (and interval, where it has one) and its details.
+
+        Raises:
+            ValueError: for no records, or no record with a positive weight (every judgment failed).
+            Unavailable: when `aggregate` cannot be computed (the reason).
+        """
+        records = self.select(records)
         if not records:
             raise ValueError(f"metric {self.name}: no records")
-        return metrics.metric_result(
+        weights = self.item_weights(records)
+        if weights is not None and not weights.sum() > 0:
+            raise ValueError(f"metric {self.name}: no record could be scored ({len(records)} failed)")
+        found = metrics.metric_result(
             self.name,
             self.values(records),
-            n_failed=sum(r.n_unscored > 0 for r in records),
+            n_failed=sum(self.failed(r) for r in records),
             ties=sum(self.tied(r) for r in records),
-            weights=self.item_weights(records),
+            weights=weights,
             **ci,
         )
+        if self.aggregate is None:
+            return found, {}
+        upstream = self.aggregate(records)
+        lo, hi = upstream.ci if upstream.ci is not None else (found.ci_low, found.ci_high)
+        value = metrics.MetricResult(found.name, upstream.value, found.n, found.n_failed, found.tie_rate, lo, hi)
+        return value, dict(upstream.details)
 
     def format(self, value: float | None) -> str:
         """A value (unscaled) as a table prints it; None is a dash."""

@@ -43,8 +43,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks import base
+import numpy as np
+
+from benchmarks import base, metrics
 from benchmarks.base import PolicyItem
+from benchmarks.scoring import Aggregate, Metric
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
@@ -200,12 +203,83 @@ def _hub_rows() -> Iterator[tuple[str, Any]]:
         yield f"{HUB_ID}[{HUB_CONFIG}/{HUB_SPLIT}] row {index}", row
 
 
+# --- metrics over judged records (`judges.policy`: scores = (the 1-10 score,), trace["tags"] the task's tags,
+# trace["in_groups"] whether the shown output enters the group scores) ---
+
+
+def _score(record: Any) -> float | None:
+    return record.scores[0] if record.scores else None
+
+
+def _adjusted(record: Any) -> float:
+    """(score - 5) x 2 / 10: the WB-Score contribution as a fraction (x100 prints the leaderboard's x10)."""
+    s = _score(record)
+    return 0.0 if s is None else (s - 5) * 2 / 10
+
+
+def _scored_weights(records: Any) -> np.ndarray:
+    return np.array([float(_score(r) is not None) for r in records])
+
+
+def _group_sets(records: Any) -> list[frozenset[str]]:
+    """Each record's task groups where it enters the group scores (scored, output shown), else none."""
+    from judges.wildbench import task_groups
+
+    return [task_groups(r.trace["tags"]) if _score(r) is not None and r.trace.get("in_groups") else frozenset()
+            for r in records]
+
+
+def _macro_weights(records: Any) -> np.ndarray:
+    """Per task: the sum over its groups of the group's weight / the group's task count, so the weighted mean
+    is the task-macro score over the groups present (each group's mean weighted by `GROUP_WEIGHTS`)."""
+    from judges.wildbench import GROUP_WEIGHTS
+
+    sets = _group_sets(records)
+    counts: dict[str, int] = {}
+    for groups in sets:
+        for g in groups:
+            counts[g] = counts.get(g, 0) + 1
+    return np.array([sum(GROUP_WEIGHTS[g] / counts[g] for g in groups) for groups in sets])
+
+
+def _task_macro(records: Any) -> Aggregate:
+    """Upstream's task-macro score (`judges.wildbench.wb_result`): a group without a counted task adds 0, so
+    the value is the weighted mean's times the present groups' share of the weights; the interval likewise."""
+    from judges.wildbench import GROUP_WEIGHTS, TaskScore, wb_result
+
+    tasks = [TaskScore(_score(r), tuple(r.trace["tags"]), "x" if r.trace.get("in_groups") else "")
+             for r in records]
+    found = wb_result(tasks)
+    present = {g for groups in _group_sets(records) for g in groups}
+    share = sum(GROUP_WEIGHTS[g] for g in present) / sum(GROUP_WEIGHTS.values())
+    lo, hi = metrics.bootstrap_ci([_adjusted(r) for r in records], weights=_macro_weights(records))
+    details = {"task_categorized_scores": found.task_categorized_scores, "group_n": found.group_n,
+               "n_scored": found.n_scored, "n_failed": found.n_failed}
+    return Aggregate(found.task_macro_score / 10, (lo * share, hi * share), details)
+
+
+_FAILED = "; a failed judgment is left out and counted in n_failed; empty outputs score 1 as upstream"
+WB_SCORE = Metric(
+    "score", "WB-Score",
+    "WB-Score: (mean 1-10 checklist score - 5) x 2, printed x10 as the leaderboard" + _FAILED,
+    _adjusted, lambda r: False, binary=False, weights=_scored_weights, failed=lambda r: _score(r) is None,
+)
+WB_TASK_MACRO = Metric(
+    "task_macro", "task-macro",
+    "WB-Score task-macro: the five task groups' WB-Scores weighted 0.5 (Creative), 1.25 (Planning & "
+    "Reasoning), 1.0 (Math & Data), 0.75 (Info/Advice), 1.25 (Coding) over the sum of the weights (a group "
+    "without tasks adds 0), printed x10" + _FAILED,
+    _adjusted, lambda r: False, binary=False, weights=_macro_weights, failed=lambda r: _score(r) is None,
+    aggregate=_task_macro,
+)
+
+
 class WildBench:
     """WildBench v2 tasks: the conversation to continue, the judge's checklist and the task tags."""
 
     name = "wildbench"
     display = "WildBench"
-    metrics = ()
+    metrics = (WB_SCORE, WB_TASK_MACRO)
     kind: Literal["policy"] = "policy"
 
     def load(

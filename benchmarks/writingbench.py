@@ -40,8 +40,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from benchmarks import base
 from benchmarks.base import PolicyItem
+from benchmarks.scoring import Metric
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
@@ -182,12 +185,32 @@ def _remote_rows(version: str, subset: str | None) -> Iterator[tuple[str, Any]]:
         yield f"{url} row {index}", row
 
 
+# --- metrics over judged records (`judges.policy`: scores = one 1-10 score per criterion, None where it failed) ---
+
+
+def _scored(record: Any) -> list[float]:
+    return [s for s in record.scores if s is not None]
+
+
+OVERALL = Metric(
+    "overall", "Score",
+    "mean criterion score on the 1-10 scale, printed x10 (upstream's Overall: the mean over every scored "
+    "criterion, so a query weighs by its scored criteria); a failed criterion is left out, and a query with one "
+    "is counted in n_failed",
+    lambda r: sum(found) / len(found) / 10 if (found := _scored(r)) else 0.0,
+    lambda r: False,
+    binary=False,
+    weights=lambda records: np.array([float(len(_scored(r))) for r in records]),
+    failed=lambda r: not r.scores or any(s is None for s in r.scores),
+)
+
+
 class WritingBench:
     """WritingBench queries, one user turn each, with their per-query 1-10 criteria."""
 
     name = "writingbench"
     display = "WritingBench"
-    metrics = ()
+    metrics = (OVERALL,)
     kind: Literal["policy"] = "policy"
 
     def load(

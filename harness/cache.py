@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from harness.backends.base import (
     Backend,
@@ -301,6 +301,9 @@ class CachedBackend:
         """Requests this wrapper sent to the backend."""
         self.hits = 0
         """Requests answered entirely from the cache."""
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        """Tokens the backend reported for the requests this wrapper sent (cache hits spend none)."""
         self._probe: asyncio.Future | None = None
         self._probe_ok = False
 
@@ -326,11 +329,20 @@ class CachedBackend:
     async def close(self) -> None:
         await self.backend.close()
 
+    def _spent(self, results: Sequence[Any]) -> None:
+        for result in results:
+            usage = getattr(result, "usage", None)
+            if usage is not None:
+                self.prompt_tokens += usage.prompt_tokens
+                self.completion_tokens += usage.completion_tokens
+
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         if self.cache is None:
             await self.probe()
             self.calls += len(requests)
-            return await self.backend.generate(requests)
+            fresh = await self.backend.generate(requests)
+            self._spent(fresh)
+            return fresh
         keys = [
             [cache_key(self._identity, "generate", _generate_payload(r), i) for i in range(r.params.n)]
             for r in requests
@@ -354,6 +366,7 @@ class CachedBackend:
         if todo:
             await self.probe()
             fresh = await self.backend.generate([requests[i] for i in todo])
+            self._spent(fresh)
             to_store = []
             label = _model_label(self._identity)
             for idx, completion in zip(todo, fresh):
@@ -388,7 +401,9 @@ class CachedBackend:
         if self.cache is None:
             await self.probe()
             self.calls += len(requests)
-            return await call(list(requests))
+            fresh = await call(list(requests))
+            self._spent(fresh)
+            return fresh
         keys = [cache_key(self._identity, op, payload) for payload in payloads]
         found = self.cache.get_many(keys)
         results: list[T | None] = [None] * len(requests)
@@ -404,6 +419,7 @@ class CachedBackend:
         if todo:
             await self.probe()
             fresh = await call([requests[i] for i in todo])
+            self._spent(fresh)
             label = _model_label(self._identity)
             to_store = []
             for idx, result in zip(todo, fresh):

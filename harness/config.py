@@ -11,6 +11,28 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harness.errors import ConfigError
 
 
+class GenerationConfig(BaseModel):
+    """`generation:` of a policy table's config: how the policies answer (the preset's values where left out)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    stop: list[str] | None = None
+    strip_thinking: bool | None = None
+    """Judge the answers without their `<think>` blocks (default true); the raw answers are kept either way."""
+
+
+class JudgeConfig(BaseModel):
+    """`judge:` of a policy table's config as a mapping: the model and backend options for it alone."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    """The judge's model spec; every other key is a `BackendOptions` field (base_url, api_key_env, ...)."""
+
+
 class RunConfig(BaseModel):
     """Settings of `harness run TABLE` (written, resolved, into the run's manifest)."""
 
@@ -19,13 +41,26 @@ class RunConfig(BaseModel):
     table: str | None = None
     preset: Literal["paper", "cpu"] = "paper"
     limit: int | None = Field(default=None, ge=1)
-    seeds: int = Field(default=5, ge=1)
+    seeds: int | None = Field(default=None, ge=1)
+    """Repeats per item (AVG@k); default: the table's (5 for table1, 1 for the policy tables)."""
     seed: int = 0
     data_dir: Path | None = None
     out: Path | None = None
-    parallel: int = Field(default=8, ge=1)
+    parallel: int | None = Field(default=None, ge=1)
+    """Units in flight at once; default 8 (evaluator tables), 32 (policy tables)."""
     rows: dict[str, str] = Field(default_factory=dict)
-    """Row label -> evaluator spec, replacing the preset's spec of that row (e.g. your DR-Generator checkpoint)."""
+    """Row label -> evaluator spec (policy tables: the policy's model spec, e.g. `vllm:DIR` of your checkpoint),
+    replacing the preset's spec of that row."""
+    judge: str | JudgeConfig | None = None
+    """Policy tables: the judge, a model spec or {model, base_url, api_key_env, ...}; default the table's."""
+    judge_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Policy tables: benchmark -> its judge's settings, on top of the preset's (e.g. alpaca_eval2: {mode:
+    discrete}, arena_hard_v2: {upstream_prompts: DIR})."""
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    """Policy tables: how the policies answer."""
+    bench_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Benchmark -> options of its loader (writingbench: {subset: length}, arena_hard_v2: {missing_baseline:
+    skip})."""
     only_rows: list[str] | None = None
     """Run just these rows (labels)."""
     benchmarks: list[str] | None = None

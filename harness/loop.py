@@ -86,6 +86,8 @@ class LoopSummary:
     seconds: float = 0.0
     lacking: dict[str, dict[str, str]] = field(default_factory=dict)
     """Model spec -> what its backend was found to lack, and how requests coped (`Backend.capabilities`)."""
+    spent: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Model spec -> requests sent and tokens spent by this command (`BackendPool.spent`; cache hits spend none)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,6 +99,11 @@ class LoopSummary:
             f"{self.skipped} already done); backend calls: {self.backend_calls}, cache hits: {self.cache_hits}; "
             f"{self.seconds:.1f} s"
         )
+
+    def spent_lines(self) -> list[str]:
+        """Requests and tokens per model that sent any (empty when everything came from the cache)."""
+        return [f"{spec}: {s['calls']} calls, {s['prompt_tokens']} prompt + {s['completion_tokens']} completion "
+                "tokens" for spec, s in self.spent.items() if s.get("calls")]
 
     def lacking_lines(self) -> list[str]:
         """What the backends lacked, one line per model and feature (empty when none lacked anything)."""
@@ -157,6 +164,7 @@ async def run_loop(
         if counters is not None:
             summary.backend_calls, summary.cache_hits = counters.calls - calls0, counters.hits - hits0
             summary.lacking = counters.capabilities() if hasattr(counters, "capabilities") else {}
+            summary.spent = counters.spent() if hasattr(counters, "spent") else {}
         summary.seconds = time.perf_counter() - started
         output.summary = summary.to_json()
         return summary

@@ -30,6 +30,7 @@ class BackendPool:
         self._closed_calls = 0
         self._closed_hits = 0
         self._lacks: dict[str, dict[str, str]] = {}
+        self._spent: dict[str, dict[str, int]] = {}
 
     def get(self, spec: str, *, overrides: Mapping[str, Any] | None = None) -> CachedBackend:
         """The cached backend for `spec` (with `overrides` of the pool's `BackendOptions` fields), built on first use.
@@ -62,6 +63,15 @@ class BackendPool:
         self._lacks.update({spec: lacks for spec, lacks in found.items() if lacks})
         return dict(self._lacks)
 
+    def spent(self) -> dict[str, dict[str, int]]:
+        """Model spec -> requests sent and tokens the backend reported (prompt, completion), for every backend
+        built so far that sent a request; kept after `close`."""
+        for spec, b in self._backends.items():
+            if b.calls:
+                self._spent[spec] = {"calls": b.calls, "prompt_tokens": b.prompt_tokens,
+                                     "completion_tokens": b.completion_tokens}
+        return dict(self._spent)
+
     @property
     def calls(self) -> int:
         """Requests sent to backends so far (cache misses)."""
@@ -74,6 +84,7 @@ class BackendPool:
 
     async def close(self) -> None:
         self.capabilities()  # what the backends found outlives them
+        self.spent()
         for backend in self._backends.values():
             await backend.close()
         self._closed_calls, self._closed_hits = self.calls, self.hits  # the counts outlive the backends

@@ -4,7 +4,8 @@ Every line an output holds is one record (`to_json`), and every line names its s
 
     generation/1   `harness generate`: one sampled answer per (prompt id, sample index)
     score/1        `harness score`: the scores of one {id, prompt, responses} set
-    eval/1         `harness run` / `harness eval`: one evaluator x benchmark x item x repeat
+    eval/1         `harness run` / `harness eval`: one evaluator x benchmark x item x repeat, or (kind `policy`)
+                   one policy x benchmark x item x repeat: its answer and the judge's judgments
 
 A reader refuses a line of another schema (an output written by another version of the harness) with a message
 that names it, rather than guessing at its fields. A record's `key` is what it is stored under (a later line with
@@ -191,7 +192,10 @@ class ScoreRecord:
 
 @dataclass(frozen=True, slots=True)
 class EvalRecord:
-    """One evaluator x benchmark x item x repeat of `harness run` / `harness eval`."""
+    """One evaluator x benchmark x item x repeat of `harness run` / `harness eval`, or one policy x benchmark x
+    item x repeat of a policy table (kind `policy`: `evaluator` is the policy's model spec, `scores` the judge's
+    numbers as the benchmark's metrics read them (`judges.policy`), `trace` the answer, its judged text, the
+    judgments and the judge's identity)."""
 
     SCHEMA: ClassVar[str] = "eval/1"
 
@@ -205,7 +209,7 @@ class EvalRecord:
     """AVG@k repeat index."""
     seed: int
     """The seed `score_set` got: derived from (run seed, benchmark, item, repeat)."""
-    kind: Literal["pairwise", "listwise"]
+    kind: Literal["pairwise", "listwise", "policy"]
     """Which metrics apply."""
     scores: tuple[float | None, ...]
     """One score per response, in the item's order; None where it could not be scored."""
@@ -219,6 +223,10 @@ class EvalRecord:
     """The evaluator's trace (`judges.base.Trace.to_json`)."""
 
     def __post_init__(self) -> None:
+        if self.kind == "policy":
+            if self.preferred is not None or self.gold_ranks is not None:
+                raise ValueError("a policy record has neither `preferred` nor `gold_ranks`")
+            return
         pairwise = self.kind == "pairwise"
         if pairwise != (self.preferred is not None) or pairwise == (self.gold_ranks is not None):
             raise ValueError("a pairwise record has `preferred` and no `gold_ranks`; a listwise one the reverse")
@@ -248,7 +256,7 @@ class EvalRecord:
         }
         if self.kind == "pairwise":
             out["preferred"] = self.preferred
-        else:
+        elif self.kind == "listwise":
             out["gold_ranks"] = list(self.gold_ranks or ())
         out.update({"scores": list(self.scores), "n_unscored": self.n_unscored, "trace": dict(self.trace)})
         return out
@@ -257,8 +265,8 @@ class EvalRecord:
     def from_json(cls, data: Mapping[str, Any]) -> EvalRecord:
         _check_schema(cls, data)
         kind = data.get("kind")
-        if kind not in ("pairwise", "listwise"):
-            raise ValueError(f"field 'kind' must be 'pairwise' or 'listwise', got {kind!r}")
+        if kind not in ("pairwise", "listwise", "policy"):
+            raise ValueError(f"field 'kind' must be 'pairwise', 'listwise' or 'policy', got {kind!r}")
         gold = _need(data, "gold_ranks", list) if kind == "listwise" else None
         return cls(
             evaluator=_need(data, "evaluator", str),

@@ -86,6 +86,8 @@ UPSTREAM_CONFIG = "arena-hard-v2.0.yaml"
 """`upstream_prompts=DIR`: upstream's config file in DIR; its `prompt_template` is the user turn."""
 VERDICT_CONSTRAINT = Constraint.regex(r"(?s:.*)\[\[(?:" + "|".join(LABEL_POINTS) + r")\]\]")
 """`structured=True`: any text, then the answer ends with one of the ten scored labels."""
+LABEL_ONLY_CONSTRAINT = Constraint.regex(r"\[\[(?:" + "|".join(LABEL_POINTS) + r")\]\]")
+"""`label_only=True`: the answer is one of the ten scored labels and nothing else."""
 USER_TEMPLATE = "arena_hard_user"
 RETRY_TEMPLATE = "retry_arena_hard"
 _UPSTREAM_FIELDS = ("QUESTION", "ANSWER_A", "ANSWER_B")
@@ -192,6 +194,9 @@ class ArenaHardJudge:
         upstream_prompts: A folder with the user's copy of upstream's prompts (`read_upstream_prompts`); None
             uses ours.
         structured: Decode under `VERDICT_CONSTRAINT` where the backend can.
+        label_only: Decode under `LABEL_ONLY_CONSTRAINT` instead: the judge writes the label alone, without
+            the reasoning upstream's prompt asks for first. Not upstream's protocol: for small judges that do
+            not reach a label within their budget (the `cpu` preset's).
         temperature: Judge sampling temperature (upstream: 0).
         max_tokens: Judge token budget per answer (upstream: 16000; the hard-prompt judge answers first).
         judge: The judge's name in the games (`ArenaGame.judge`); default the backend's model.
@@ -206,6 +211,7 @@ class ArenaHardJudge:
         *,
         upstream_prompts: Path | str | None = None,
         structured: bool = True,
+        label_only: bool = False,
         temperature: float = JUDGE_TEMPERATURE,
         max_tokens: int = JUDGE_MAX_TOKENS,
         judge: str | None = None,
@@ -218,6 +224,7 @@ class ArenaHardJudge:
         self.judge = judge or backend.model
         self.upstream_prompts = Path(upstream_prompts) if upstream_prompts is not None else None
         self.structured = structured
+        self.label_only = label_only
         self.temperature = temperature
         self.max_tokens = max_tokens
         if self.upstream_prompts is not None:
@@ -230,10 +237,17 @@ class ArenaHardJudge:
         """Requests sent to the backend (re-asks included)."""
 
     @property
+    def _constraint(self) -> Constraint | None:
+        if self.label_only:
+            return LABEL_ONLY_CONSTRAINT
+        return VERDICT_CONSTRAINT if self.structured else None
+
+    @property
     def settings(self) -> dict[str, Any]:
         """What the judgment depends on besides the judge model (recorded with every judgment)."""
         return {"prompts": str(self.upstream_prompts) if self.upstream_prompts else "ours",
-                "structured": self.structured, "temperature": self.temperature, "max_tokens": self.max_tokens}
+                "structured": self.structured, "label_only": self.label_only, "temperature": self.temperature,
+                "max_tokens": self.max_tokens}
 
     def messages(self, category: str, question: str, answer_a: str, answer_b: str) -> tuple[Message, ...]:
         """The judge's chat for one game: the category's system prompt, then the question and the two answers.
@@ -273,7 +287,7 @@ class ArenaHardJudge:
         asks = [
             Ask(chat, SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens,
                                      seed=derive_seed(seed, "arena-hard", item.id, game),
-                                     constraint=VERDICT_CONSTRAINT if self.structured else None),
+                                     constraint=self._constraint),
                 _read_verdict, lambda problem: render_template(RETRY_TEMPLATE, problem=problem))
             for (item, _), both in zip(pairs, chats)
             for game, chat in enumerate(both, start=1)

@@ -20,7 +20,13 @@ Comparable runs: both are runs of `harness run`/`harness eval` with the same row
 fingerprints (the items as presented: ids, prompts, responses in A/B order, gold labels) and (item, repeat) sets;
 per row, the same evaluator kind and settings except the one under test (`judges.held_fixed`: a rubric
 evaluator's generator, a reward model), and every other model (the verifier, a judge) with the same identity
-(revision or weights hash). Anything else is reported as a difference, and the gate exits 2.
+(revision or weights hash). Policy runs (table2/6/8): the row's policy is what changes; the judge (model,
+backend options, identity), the judge settings, the generation settings and the loaders' options must agree.
+Anything else is reported as a difference, and the gate exits 2.
+
+Judged policy metrics compare their per-item values where both runs judged the item (a failed judgment weighs
+0); a metric whose value is a model fit (AlpacaEval's length-controlled win rate) is gated through its per-item
+stand-in (the win rate) and not compared itself.
 
 Config (`--config FILE`, YAML): `margin` (points), `margins` (per `BENCHMARK` or `BENCHMARK.METRIC`),
 `n_resamples`, `alpha`, `seed`. Outputs: `compare.json` and `compare.md`. Exit code: 1 if any cell regresses, 2 if
@@ -188,6 +194,8 @@ def _differences(base: Run, cand: Run) -> list[str]:
                 f"benchmark {bench!r}: dataset fingerprints differ (BASE {b_data[bench]}, CAND {c_data[bench]}): "
                 "other items, or the same items presented differently (--limit, --seed, data files)"
             )
+    if base.settings.get("judge") or cand.settings.get("judge"):
+        return out + _policy_differences(base, cand)
     b_models, c_models = base.settings.get("models", {}), cand.settings.get("models", {})
     for label in sorted(set(b_rows) & set(c_rows)):
         b_kind, _, b_fixed = held_fixed(b_rows[label])
@@ -206,6 +214,37 @@ def _differences(base: Run, cand: Run) -> list[str]:
                     f"row {label!r}: {key} {b_fixed[key]!r} is not the same model in both runs "
                     f"(BASE {b_models.get(b_fixed[key])}, CAND {c_models.get(c_fixed[key])})"
                 )
+    return out
+
+
+def _policy_differences(base: Run, cand: Run) -> list[str]:
+    """Policy runs compare only when judged alike: the same judge model (and identity), judge settings and
+    generation settings; the policy of a row is what may change."""
+    b, c = base.settings, cand.settings
+    if not b.get("judge") or not c.get("judge"):
+        return [f"only {'BASE' if b.get('judge') else 'CAND'} is a policy run (judged answers); the other scores "
+                "evaluators"]
+    out = []
+    b_judge, c_judge = b["judge"], c["judge"]
+    if b_judge.get("model") != c_judge.get("model") or b_judge.get("options") != c_judge.get("options"):
+        def shown(judge: dict) -> str:
+            options = ", ".join(f"{k}={v}" for k, v in (judge.get("options") or {}).items())
+            return f"{judge.get('model')}" + (f" ({options})" if options else "")
+
+        out.append(f"judged by different judges (BASE {shown(b_judge)}, CAND {shown(c_judge)})")
+    else:
+        b_id = (base.manifest.get("judge") or {}).get("identity")
+        c_id = (cand.manifest.get("judge") or {}).get("identity")
+        if b_id != c_id:
+            out.append(f"the judge {b_judge.get('model')!r} is not the same model in both runs (BASE {b_id}, "
+                       f"CAND {c_id})")
+    for key, what in (("judge_settings", "judge settings"), ("generation", "generation settings"),
+                      ("bench_options", "benchmark options")):
+        if b.get(key) != c.get(key):
+            for name in sorted(set(b.get(key) or {}) | set(c.get(key) or {})):
+                bv, cv = (b.get(key) or {}).get(name), (c.get(key) or {}).get(name)
+                if bv != cv:
+                    out.append(f"{what} differ: {name} (BASE {bv}, CAND {cv})")
     return out
 
 
@@ -239,6 +278,10 @@ def compare_cell(
     b_items = np.array([np.mean([b_val[(i, r)] for r in repeats]) for i in items])
     c_items = np.array([np.mean([c_val[(i, r)] for r in repeats]) for i in items])
     weights = metric.item_weights([base[(i, repeats[0])] for i in items])
+    c_weights = metric.item_weights([cand[(i, repeats[0])] for i in items])
+    if weights is not None and c_weights is not None:
+        # Judged policy metrics weigh a failed judgment 0: an item counts where both runs could judge it.
+        weights = np.where(c_weights > 0, weights, 0.0)
     b_agg, c_agg = metrics.weighted_mean(b_items, weights), metrics.weighted_mean(c_items, weights)
     lo, hi = metrics.paired_bootstrap_ci(
         b_items, c_items, weights=weights, n_resamples=cfg.n_resamples, alpha=cfg.alpha, seed=cfg.seed
@@ -262,8 +305,8 @@ def compare_cell(
         verdict=_verdict(lo, hi, margin, metric.higher_is_better),
         n_items=len(items),
         repeats=len(repeats),
-        base_failed=sum(r.n_unscored > 0 for r in base.values()),
-        candidate_failed=sum(r.n_unscored > 0 for r in cand.values()),
+        base_failed=sum(metric.failed(r) for r in base.values()),
+        candidate_failed=sum(metric.failed(r) for r in cand.values()),
         mcnemar=test,
     )
 
@@ -288,7 +331,16 @@ def compare_runs(base_dir: Path, cand_dir: Path, cfg: CompareConfig | None = Non
                 result.differences += problems
                 continue
             for metric in benchmark(bench).metrics:
-                result.cells.append(compare_cell(label, bench, metric, b, c, cfg))
+                if not metric.gated:
+                    continue
+                b_in = {k: r for k, r in b.items() if metric.applies is None or metric.applies(r)}
+                c_in = {k: r for k, r in c.items() if k in b_in}
+                if not b_in:
+                    continue
+                weights = metric.item_weights(list(b_in.values()))
+                if weights is not None and not weights.sum() > 0:
+                    continue  # nothing judged in BASE: no value to compare
+                result.cells.append(compare_cell(label, bench, metric, b_in, c_in, cfg))
     return result
 
 

@@ -55,8 +55,16 @@ def _marks(spec: TableSpec, results: Mapping[str, Any]) -> dict[tuple[str, str],
     return marks
 
 
+POLICY_CONVENTIONS = (
+    "Each policy answers each prompt once per repeat (the judged text without <think> blocks); the table's judge "
+    "judges every answer with the benchmark's protocol; a judgment that failed after its re-ask is left out of "
+    "the value and counted as failed, never defaulted. Win rates and scores in percent; WildBench and "
+    "WritingBench x10 as their leaderboards print them."
+)
+
+
 def _header(spec: TableSpec) -> list[str]:
-    return ["Evaluator"] + [spec.header(c) for c in spec.columns]
+    return ["Policy" if spec.kind == "policy" else "Evaluator"] + [spec.header(c) for c in spec.columns]
 
 
 def _paper_cells(spec: TableSpec, paper_label: str | None) -> list[str]:
@@ -78,7 +86,7 @@ def render_markdown(spec: TableSpec, results: Mapping[str, Any], notes: list[str
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
         lines.append("| *paper* | " + " | ".join(_paper_cells(spec, row.paper)) + " |")
     lines += ["", "Counts per cell: n items (of which failed to score) and tie rate, summed over repeats.", ""]
-    lines += ["| Evaluator | " + " | ".join(head[1:]) + " |", "|" + "---|" * len(head)]
+    lines += [f"| {head[0]} | " + " | ".join(head[1:]) + " |", "|" + "---|" * len(head)]
     for row in spec.rows:
         cells = []
         for col in spec.columns:
@@ -87,7 +95,7 @@ def render_markdown(spec: TableSpec, results: Mapping[str, Any], notes: list[str
                 f"{cell['n'] * cell['repeats']} ({cell['n_failed']} failed), ties {cell['tie_rate']:.0%}" if cell else "-"
             )
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
-    lines += ["", CONVENTIONS, ""]
+    lines += ["", POLICY_CONVENTIONS if spec.kind == "policy" else CONVENTIONS, ""]
     lines += [f"- {spec.header(c)}: {c.declared().description}" for c in spec.columns]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -24,6 +25,27 @@ def adhoc_table(rows: dict[str, str], benchmarks: list[str]) -> TableSpec:
         columns=tuple(columns),
         paper=MappingProxyType({}),
     )
+
+
+def _policy_notes(manifest: dict[str, Any], results: dict[str, Any]) -> list[str]:
+    """A policy run's judge (model, options, identity), generation settings, and why cells have no value."""
+    judge = manifest.get("judge")
+    if not judge:
+        return []
+    options = ", ".join(f"{k}={v}" for k, v in judge.get("options", {}).items())
+    identity = ", ".join(f"{k}={v}" for k, v in judge.get("identity", {}).items())
+    notes = [f"judge: {judge['model']}" + (f" ({options})" if options else "") + (f"; {identity}" if identity else "")]
+    notes += [f"judge settings, {b}: " + ", ".join(f"{k}={v}" for k, v in s.items())
+              for b, s in judge.get("settings", {}).items()]
+    gen = manifest.get("generation") or {}
+    notes.append("generation: " + ", ".join(f"{k}={v}" for k, v in gen.items()))
+    for label, row in results.items():
+        for bench, cell in row.get("benchmarks", {}).items():
+            for metric, why in (cell.get("unavailable") or {}).items():
+                reasons = sorted({w for w in why if w})
+                if reasons:
+                    notes.append(f"{label}, {bench}.{metric}: no value: {'; '.join(reasons)}")
+    return notes
 
 
 def write_reports(run_dir: Path) -> dict[str, Any]:
@@ -56,8 +78,7 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
     table = config.get("table")
     if table:
         spec = get_table(table)
-        spec = TableSpec(spec.name, spec.title, tuple(r for r in spec.rows if r.label in rows), spec.columns,
-                         spec.paper)
+        spec = dataclasses.replace(spec, rows=tuple(r for r in spec.rows if r.label in rows))
     else:
         spec = adhoc_table(rows, list(manifest.get("benchmark_kinds") or dict.fromkeys(r.benchmark for r in records)))
     results = compute_results(records, rows)
@@ -67,7 +88,8 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
         notes.append("the last line of records.jsonl is incomplete (a run is writing it, or was killed): ignored")
     notes += [f"{what} unavailable: {why}" for what, why in (manifest.get("unavailable") or {}).items()]
     notes += [f"{label}: {ev}" for label, ev in rows.items()]
-    payload = {"table": spec.name, "rows": rows, "results": results, "notes": notes,
+    notes += _policy_notes(manifest, results) + list(spec.notes)
+    payload = {"table": spec.name, "kind": spec.kind, "rows": rows, "results": results, "notes": notes,
                "conventions": {"ndcg_ties": NDCG_TIES, "strict": "ties and unscorable items count as wrong"}}
     write_json_atomic(run_dir / "results.json", payload)
     write_text_atomic(run_dir / "table.md", render_markdown(spec, results, notes))

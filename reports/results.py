@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from benchmarks import metrics
+from benchmarks.scoring import Unavailable
 from harness.records import EvalRecord
 from harness.registry import lookup
 
@@ -29,20 +30,36 @@ def benchmark(name: str) -> Any:
 
 
 def repeat_results(bench: Any, records: Sequence[EvalRecord]) -> dict[str, Any]:
-    """Every metric the benchmark declares over one repeat's records, plus each metric's `details`."""
+    """Every metric the benchmark declares over one repeat's records, plus each metric's `details` (its own, or
+    its upstream aggregate's) and, under `unavailable`, why a metric has no value (no record it applies to,
+    every judgment failed, an aggregate that cannot be had)."""
     out: dict[str, Any] = {}
     for metric in bench.metrics:
-        out[metric.name] = metric.result(records, seed=0).to_json()
+        if not metric.select(records):
+            continue
+        try:
+            result, details = metric.evaluate(records, seed=0)
+        except (ValueError, Unavailable) as exc:
+            out.setdefault("unavailable", {})[metric.name] = str(exc)
+            continue
+        out[metric.name] = result.to_json()
         if metric.details is not None:
-            out.setdefault("details", {})[metric.name] = metric.details(records)
+            details = {**metric.details(metric.select(records)), **details}
+        if details:
+            out.setdefault("details", {})[metric.name] = details
     return out
 
 
 def _summarise(per_repeat: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for metric in per_repeat[0]:
-        if metric == "details":  # metric -> one entry per repeat, as computed
-            out[metric] = {name: [r[metric][name] for r in per_repeat] for name in per_repeat[0][metric]}
+    names = [m for m in dict.fromkeys(m for r in per_repeat for m in r) if m not in ("details", "unavailable")]
+    for key in ("details", "unavailable"):  # metric -> one entry per repeat, as computed (None: none there)
+        inner = dict.fromkeys(name for r in per_repeat for name in r.get(key, {}))
+        if inner:
+            out[key] = {name: [r.get(key, {}).get(name) for r in per_repeat] for name in inner}
+    for metric in names:
+        if not all(metric in r for r in per_repeat):  # no value in some repeat: no AVG@k either
+            out.setdefault("unavailable", {}).setdefault(metric, [None] * len(per_repeat))
             continue
         values = [r[metric]["value"] for r in per_repeat]
         mean, std, lo, hi = metrics.avg_at_k(values)

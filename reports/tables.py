@@ -1,20 +1,24 @@
-"""Table specs: which evaluators (rows) run on which benchmarks (columns), and the paper's numbers beside them.
+"""Table specs: which evaluators or policies (rows) run on which benchmarks (columns), and the paper's numbers
+beside them.
 
-A row is a label, an evaluator spec (the paper preset) and the label of the paper's row to print alongside. The
-`cpu` preset swaps every model for the embedded `smollm2-135m` (scalar reward models become its next-token-logit
-head), so a laptop runs the whole machinery in minutes; its numbers say nothing about the paper's models.
+A row is a label, an evaluator spec (policy tables: the policy's model spec) per preset and the label of the
+paper's row to print alongside. A policy table also names its judge and how the policies answer, per preset
+(`PolicySetup`). The `cpu` preset swaps every model for the embedded `smollm2-135m` (scalar reward models become
+its next-token-logit head; in policy tables it is policy and judge), so a laptop runs the whole machinery in
+minutes; its numbers say nothing about the paper's models.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from benchmarks.scoring import Metric, metric_of
 from harness.errors import ConfigError
 from harness.registry import lookup, register
-from reports.paper import TABLE1
+from reports.paper import TABLE1, TABLE2, TABLE6, TABLE8
 from reports.results import benchmark
 
 Preset = Literal["paper", "cpu"]
@@ -61,6 +65,20 @@ class Column:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicySetup:
+    """A policy table's judge and generation settings under one preset (each overridable in a run config)."""
+
+    judge: str
+    """The judge's model spec."""
+    judge_options: Mapping[str, Any] = field(default_factory=dict)
+    """`BackendOptions` fields for the judge alone (its server's `base_url`, `api_key_env`)."""
+    judge_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Benchmark -> its judge's settings (`judges.policy.judge_options`)."""
+    generation: Mapping[str, Any] = field(default_factory=dict)
+    """`harness.commands.runner.Generation` fields."""
+
+
+@dataclass(frozen=True, slots=True)
 class TableSpec:
     """A paper table to reproduce."""
 
@@ -70,6 +88,16 @@ class TableSpec:
     columns: tuple[Column, ...]
     paper: MappingProxyType
     """Paper row label -> column key -> value (accuracies in percent)."""
+    setups: Mapping[str, PolicySetup] | None = None
+    """Policy tables: preset -> judge and generation settings (None: an evaluator table)."""
+    default_seeds: int = 5
+    """Repeats per item when the run config gives none."""
+    notes: tuple[str, ...] = ()
+    """Printed under the table (how the paper's numbers are read)."""
+
+    @property
+    def kind(self) -> Literal["evaluator", "policy"]:
+        return "evaluator" if self.setups is None else "policy"
 
     @property
     def benchmarks(self) -> tuple[str, ...]:
@@ -139,6 +167,99 @@ TABLE1_SPEC = TableSpec(
     paper=TABLE1,
 )
 register("table", "table1")(TABLE1_SPEC)
+
+
+# --- policy tables: rows are policies, answers judged by one judge model ---
+
+_POLICY_COLUMNS = tuple(
+    Column(b, m)
+    for b, m in (
+        ("alpaca_eval2", "lc_win_rate"),
+        ("alpaca_eval2", "win_rate"),
+        ("arena_hard_v2", "hard_prompt"),
+        ("arena_hard_v2", "creative_writing"),
+        ("wildbench", "score"),
+        ("wildbench", "task_macro"),
+        ("writingbench", "overall"),
+    )
+)
+_PAPER_GENERATION = MappingProxyType({"temperature": 0.0, "max_tokens": 4096})
+_CPU_SETUP = PolicySetup(
+    judge=CPU_MODEL,
+    # Small budgets so a laptop finishes: the judges' upstream budgets (Arena-Hard 16000 tokens) are for models
+    # that write a judgment; the 135M model's are read or fail, and either is recorded.
+    judge_settings=MappingProxyType({
+        "arena_hard_v2": {"label_only": True, "max_tokens": 16},
+        "wildbench": {"max_tokens": 96},
+        "writingbench": {"max_tokens": 64},
+    }),
+    generation=MappingProxyType({"temperature": 0.0, "max_tokens": 96}),
+)
+_DEEPSEEK = PolicySetup(
+    judge="openai:deepseek-v4-flash",
+    judge_options=MappingProxyType({"base_url": "https://api.deepseek.com/v1", "api_key_env": "DEEPSEEK_API_KEY"}),
+    generation=_PAPER_GENERATION,
+)
+_GPT41 = PolicySetup(judge="openai:gpt-4.1", generation=_PAPER_GENERATION)
+_POLICY_NOTES = (
+    "The paper prints one number per benchmark; it is shown under AlpacaEval 2 LC, Arena-Hard v2.0 hard prompts, "
+    "WildBench WB-Score and WritingBench (read as each benchmark's headline).",
+)
+
+
+def _policy_row(label: str, spec: str, *, dynamic: bool = False) -> Row:
+    return _row(label, label, spec, CPU_MODEL, dynamic=dynamic)
+
+
+# The trained policies are checkpoints you produce (`harness train policy`): point `rows` in a --config file at
+# them; the specs below name where the paper's training configs write them.
+_TABLE2_ROWS = (
+    _policy_row("Native Qwen3-8B", "vllm:Qwen/Qwen3-8B"),
+    _policy_row("Native Qwen3-32B", "vllm:Qwen/Qwen3-32B"),
+    _policy_row("Skywork-27B", "vllm:checkpoints/policy-skywork-27b"),
+    _policy_row("Skywork-27B w/ responses", "vllm:checkpoints/policy-skywork-27b-responses"),
+    _policy_row("Nemotron-70B", "vllm:checkpoints/policy-nemotron-70b"),
+    _policy_row("Nemotron-70B w/ responses", "vllm:checkpoints/policy-nemotron-70b-responses"),
+    _policy_row("RaR (235B static rubric)", "vllm:checkpoints/policy-rar-235b"),
+    _policy_row("DR-Generator-8B", "vllm:checkpoints/dr-policy-8b", dynamic=True),
+)
+TABLE2_SPEC = TableSpec(
+    name="table2",
+    title="Policy quality judged by DeepSeek-V4-Flash (Qwen3-8B trained with each reward)",
+    rows=_TABLE2_ROWS,
+    columns=_POLICY_COLUMNS,
+    paper=TABLE2,
+    setups=MappingProxyType({"paper": _DEEPSEEK, "cpu": _CPU_SETUP}),
+    default_seeds=1,
+    notes=_POLICY_NOTES,
+)
+TABLE6_SPEC = TableSpec(
+    name="table6",
+    title="Policy quality judged by GPT-4.1 (Table 2's policies)",
+    rows=_TABLE2_ROWS,
+    columns=_POLICY_COLUMNS,
+    paper=TABLE6,
+    setups=MappingProxyType({"paper": _GPT41, "cpu": _CPU_SETUP}),
+    default_seeds=1,
+    notes=("The paper's Table 6 numbers are not recorded in this harness: its rows print dashes.",),
+)
+TABLE8_SPEC = TableSpec(
+    name="table8",
+    title="Policy quality across backbones, native and trained with DR-Generator-8B (judged as Table 2)",
+    rows=(
+        _policy_row("Llama-3.1-8B native", "vllm:meta-llama/Llama-3.1-8B-Instruct"),
+        _policy_row("Llama-3.1-8B DR", "vllm:checkpoints/dr-policy-llama-3.1-8b", dynamic=True),
+        _policy_row("Qwen3-8B native", "vllm:Qwen/Qwen3-8B"),
+        _policy_row("Qwen3-8B DR", "vllm:checkpoints/dr-policy-8b", dynamic=True),
+    ),
+    columns=_POLICY_COLUMNS,
+    paper=TABLE8,
+    setups=MappingProxyType({"paper": _DEEPSEEK, "cpu": _CPU_SETUP}),
+    default_seeds=1,
+    notes=_POLICY_NOTES,
+)
+for _spec in (TABLE2_SPEC, TABLE6_SPEC, TABLE8_SPEC):
+    register("table", _spec.name)(_spec)
 
 
 def get_table(name: str) -> TableSpec:

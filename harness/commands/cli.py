@@ -130,6 +130,11 @@ def _backend_options(**given):
 def _finish(summary, out: str) -> None:
     """Print the loop's summary; exit 1 when some records could not be evaluated (the one exit-code rule)."""
     typer.echo(summary.line(out))
+    spent = summary.spent_lines()
+    if spent:
+        typer.echo("spent (tokens as the backends report them):")
+        for line in spent:
+            typer.echo(f"  {line}")
     lacking = summary.lacking_lines()
     if lacking:
         typer.echo("what the backends lack (recorded in the manifest):")
@@ -259,6 +264,24 @@ def run(
     out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (rerun into it to resume).")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Run seed.")] = None,
     parallel: ParallelOpt = None,
+    judge: Annotated[
+        Optional[str],
+        typer.Option("--judge", help="Policy tables: the judge's model spec (default the table's; `judge:` in "
+                     "--config gives base_url and api_key_env too)."),
+    ] = None,
+    judge_base_url: Annotated[
+        Optional[str], typer.Option("--judge-base-url", help="Policy tables: the judge's OpenAI-compatible server.")
+    ] = None,
+    judge_api_key_env: Annotated[
+        Optional[str],
+        typer.Option("--judge-api-key-env", help="Policy tables: the variable holding the judge server's key."),
+    ] = None,
+    bench_option: Annotated[
+        Optional[list[str]],
+        typer.Option("--bench-option", metavar="BENCH.KEY=VALUE",
+                     help="A benchmark loader's option, e.g. writingbench.subset=length or "
+                     "arena_hard_v2.missing_baseline=skip (repeatable)."),
+    ] = None,
     skip_unavailable: Annotated[
         bool,
         typer.Option(
@@ -280,11 +303,14 @@ def run(
     wait: WaitOpt = False,
     retry_failed: RetryFailedOpt = False,
 ) -> None:
-    """Reproduce a paper table: rows (evaluators) x columns (benchmarks) into a run directory.
+    """Reproduce a paper table: rows (evaluators, or policies) x columns (benchmarks) into a run directory.
 
-    Writes records.jsonl, results.json, table.md, table.tex and table.csv (with the paper's numbers) and resumes
-    when rerun into the same --out. Exit code 0 when every cell was evaluated, 1 when some records hold failures,
-    2 for bad input (a benchmark that cannot be loaded, an evaluator that cannot be built, other settings).
+    Policy tables (table2, table6, table8): each policy answers each benchmark's prompts and the table's judge
+    judges the answers (AlpacaEval 2 against the reference, Arena-Hard v2.0 against the category baseline,
+    WildBench by checklist, WritingBench per criterion). Writes records.jsonl, results.json, table.md, table.tex
+    and table.csv (with the paper's numbers) and resumes when rerun into the same --out. Exit code 0 when every
+    cell was evaluated, 1 when some records hold failures, 2 for bad input (a benchmark that cannot be loaded, an
+    evaluator, policy or judge that cannot be built, other settings).
     """
     from harness.config import backend_options, load_run_config
     from harness.errors import ConfigError
@@ -297,6 +323,11 @@ def run(
          "seed": seed, "parallel": parallel},
     )
     spec = get_table(table)
+    cfg = _with_cli_judge(cfg, spec, judge=judge, base_url=judge_base_url, api_key_env=judge_api_key_env)
+    if bench_option:
+        cfg = cfg.model_copy(update={"bench_options": _bench_options(bench_option, cfg.bench_options)})
+    defaults = {"seeds": spec.default_seeds, "parallel": 32 if spec.kind == "policy" else 8}
+    cfg = cfg.model_copy(update={k: v for k, v in defaults.items() if getattr(cfg, k) is None})
     rows = {r.label: cfg.rows.get(r.label, r.spec(cfg.preset)) for r in spec.rows}
     unknown = sorted(set(cfg.rows) - set(rows))
     if unknown:
@@ -313,11 +344,87 @@ def run(
         {**cfg.backend, **{k: v for k, v in cli_backend.items() if v is not None}},
         where=str(config) if config else "command line",
     )
+    judge_spec, generation = policy_setup(spec, cfg)
     plan = RunPlan(rows=rows, benchmarks=tuple(cfg.benchmarks or spec.benchmarks), table=table, seeds=cfg.seeds,
-                   seed=cfg.seed, limit=cfg.limit, data_dir=cfg.data_dir, skip_unavailable=skip_unavailable)
+                   seed=cfg.seed, limit=cfg.limit, data_dir=cfg.data_dir, skip_unavailable=skip_unavailable,
+                   judge=judge_spec, generation=generation, bench_options=cfg.bench_options)
     out_dir = cfg.out or Path("runs") / f"{table}-{cfg.preset}"
     _run_and_report(plan, out_dir, options=options, config=cfg.model_dump(mode="json"), parallel=cfg.parallel,
                     command="run", no_cache=no_cache, overwrite=overwrite, wait=wait, retry_failed=retry_failed)
+
+
+def _with_cli_judge(cfg, spec, *, judge: str | None, base_url: str | None, api_key_env: str | None):
+    """The run config with --judge, --judge-base-url and --judge-api-key-env on top of its `judge:`."""
+    from harness.config import JudgeConfig
+    from harness.errors import ConfigError
+
+    given = {k: v for k, v in (("base_url", base_url), ("api_key_env", api_key_env)) if v is not None}
+    if judge is None and not given:
+        return cfg
+    if spec.kind != "policy":
+        raise ConfigError(f"--judge and its options are for policy tables; {spec.name} scores evaluators")
+    current = cfg.judge if isinstance(cfg.judge, JudgeConfig) else JudgeConfig(model=cfg.judge) if cfg.judge else None
+    if judge is not None and (current is None or judge != current.model):
+        current = JudgeConfig(model=judge)  # another judge: the config's options were for the one it named
+    if current is None:
+        current = JudgeConfig(model=spec.setups[cfg.preset].judge, **spec.setups[cfg.preset].judge_options)
+    return cfg.model_copy(update={"judge": JudgeConfig(**{**current.model_dump(), **given})})
+
+
+def _bench_options(values: list[str], current: dict) -> dict:
+    """`--bench-option BENCH.KEY=VALUE` values (VALUE read as YAML: `true`, `3`, `skip`) on top of `current`."""
+    import yaml
+
+    from harness.errors import ConfigError
+
+    out = {k: dict(v) for k, v in current.items()}
+    for text in values:
+        key, sep, value = text.partition("=")
+        bench, dot, name = key.partition(".")
+        if not sep or not dot or not bench or not name:
+            raise ConfigError(f"--bench-option {text!r}: expected BENCH.KEY=VALUE, e.g. writingbench.subset=length")
+        out.setdefault(bench, {})[name] = yaml.safe_load(value) if value else value
+    return out
+
+
+def policy_setup(spec, cfg):
+    """(judge, generation) of a policy table: the preset's, with the run config's `judge`, `judge_settings` and
+    `generation` on top; (None, default generation) for an evaluator table.
+
+    Raises:
+        ConfigError: for policy settings given to an evaluator table, or judge options `BackendOptions` lacks.
+    """
+    from harness.commands.runner import Generation, JudgeSpec
+    from harness.config import JudgeConfig, backend_options
+    from harness.errors import ConfigError
+    from judges.policy import judge_options
+
+    given = [k for k in ("judge", "judge_settings") if getattr(cfg, k)]
+    given += ["generation"] if cfg.generation.model_dump(exclude_none=True) else []
+    if spec.kind != "policy":
+        if given:
+            raise ConfigError(f"{', '.join(given)}: for policy tables; {spec.name} scores evaluators")
+        return None, Generation()
+    setup = spec.setups[cfg.preset]
+    if cfg.judge is None:
+        model, options = setup.judge, dict(setup.judge_options)
+    else:
+        judge = cfg.judge if isinstance(cfg.judge, JudgeConfig) else JudgeConfig(model=cfg.judge)
+        model, options = judge.model, judge.model_dump(exclude={"model"})
+    backend_options(options, where="judge")  # every key a BackendOptions field, of the right type
+    settings = {b: dict(v) for b, v in setup.judge_settings.items()}
+    for bench, values in cfg.judge_settings.items():
+        settings[bench] = {**settings.get(bench, {}), **values}
+    for bench, values in settings.items():  # before any data or model is loaded
+        valid = judge_options(bench)
+        unknown = sorted(set(values) - set(valid))
+        if unknown:
+            raise ConfigError(f"judge_settings.{bench}: unknown setting(s) {', '.join(unknown)}; valid: "
+                              f"{', '.join(valid)}")
+    fields = {**setup.generation, **cfg.generation.model_dump(exclude_none=True)}
+    if "stop" in fields:
+        fields["stop"] = tuple(fields["stop"])
+    return JudgeSpec(model, options, settings), Generation(**fields)
 
 
 def _run_and_report(plan, out_dir: Path, *, options, config: dict, parallel: int, command: str, no_cache: bool,

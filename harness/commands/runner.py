@@ -1,4 +1,4 @@
-"""`harness run TABLE` and `harness eval`: evaluators x benchmarks x items x repeats into a run directory.
+"""`harness run TABLE` and `harness eval`: evaluators (or policies) x benchmarks x items x repeats into a run directory.
 
 Every (evaluator, benchmark, item, repeat) is one unit of the evaluation loop (`harness.loop`): one `score_set`
 call and one `EvalRecord`; its seed derives from (run seed, benchmark, item id, repeat), so AVG@k repeats sample
@@ -9,17 +9,25 @@ Everything is loaded and built before any model call: a benchmark whose data can
 items) and an evaluator that cannot be built stop the run with one error line, unless `skip_unavailable` is set,
 when they are left out, listed in the manifest and rendered as dashes. The run directory is bound to the rows,
 benchmarks, limit, repeats, seed, the data's fingerprints and the models' identities (`harness.runstore`).
+
+A policy table (a plan with a `judge`) runs the same loop over policies: a unit answers one item with the row's
+policy (seed from the same parts), takes the reasoning out of the judged text and has the benchmark's judge judge
+it (`judges.policy`); the run is also bound to the judge (model, backend options, settings) and the generation
+settings, so a run judged otherwise never resumes into it. Both the policy's and the judge's calls go through the
+call cache, so a judge failure retried on rerun costs no new policy call.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.backends.base import GenerateRequest, SamplingParams
 from harness.errors import ConfigError, HarnessError
 from harness.loop import LoopSummary, Unit, write_output
 from harness.records import EvalRecord
@@ -28,8 +36,40 @@ from harness.seeds import derive_seed
 
 
 @dataclass(frozen=True, slots=True)
+class Generation:
+    """How a policy answers a policy benchmark's items (one sample per item and repeat)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 4096
+    stop: tuple[str, ...] = ()
+    strip_thinking: bool = True
+    """Judge the answer without its `<think>` blocks (`judges.policy.strip_thinking`); the raw text is kept."""
+
+    def params(self, seed: int) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
+                              stop=tuple(self.stop), seed=seed)
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeSpec:
+    """A policy table's judge: its model, the backend options it needs of its own, its settings per benchmark."""
+
+    model: str
+    """Model spec (`openai:gpt-4.1`)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """`BackendOptions` fields for the judge alone (`base_url`, `api_key_env`, `concurrency`, ...)."""
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Benchmark -> its judge's settings (`judges.policy.judge_options`)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "options": dict(self.options),
+                "settings": {b: dict(v) for b, v in sorted(self.settings.items())}}
+
+
+@dataclass(frozen=True, slots=True)
 class RunPlan:
-    """What to run: row label -> evaluator spec, benchmarks, and how."""
+    """What to run: row label -> evaluator spec (policy tables: the policy's model spec), benchmarks, and how."""
 
     rows: dict[str, str]
     benchmarks: tuple[str, ...]
@@ -39,6 +79,17 @@ class RunPlan:
     limit: int | None = None
     data_dir: Path | None = None
     skip_unavailable: bool = False
+    judge: JudgeSpec | None = None
+    """Set for a policy table: rows are policies, judged by this judge."""
+    generation: Generation = field(default_factory=Generation)
+    """Policy tables: how the policies answer."""
+    bench_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Benchmark -> extra keyword arguments of its `load` (`writingbench`: `subset`; `arena_hard_v2`:
+    `missing_baseline`)."""
+
+    @property
+    def policy(self) -> bool:
+        return self.judge is not None
 
 
 @dataclass(slots=True)
@@ -51,15 +102,32 @@ class Prepared:
     """Evaluator spec -> evaluator."""
     unavailable: dict[str, str] = field(default_factory=dict)
     """`benchmark NAME` / `evaluator SPEC` -> why it was left out (only with `skip_unavailable`)."""
+    policies: dict[str, Any] = field(default_factory=dict)
+    """Policy tables: policy spec -> its backend."""
+    judges: dict[str, Any] = field(default_factory=dict)
+    """Policy tables: benchmark -> its judge (on the judge's backend)."""
+    judge_backend: Any = None
 
 
 def fingerprint(items: list) -> str:
-    """A short hash of every item's id, prompt, responses and gold label, in order."""
+    """A short hash of every item's id, prompt, responses and gold label (policy items: messages and what the
+    judge reads), in order."""
     h = hashlib.sha256()
     for item in items:
+        if hasattr(item, "messages"):
+            chat = [[m.role, m.content] for m in item.messages]
+            h.update(json.dumps([item.id, chat, item.meta], ensure_ascii=False, sort_keys=True, default=str).encode())
+            continue
         gold = item.preferred if hasattr(item, "preferred") else list(item.gold_ranks)
         h.update(json.dumps([item.id, item.prompt, list(item.responses), gold], ensure_ascii=False).encode())
     return h.hexdigest()[:16]
+
+
+def load_options(bench: Any) -> list[str]:
+    """The keyword arguments a benchmark's `load` takes beyond data_dir, limit and seed."""
+    params = inspect.signature(bench.load).parameters
+    return [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
+            and n not in ("data_dir", "limit", "seed")]
 
 
 def _load_one(name: str, plan: RunPlan) -> list:
@@ -67,8 +135,13 @@ def _load_one(name: str, plan: RunPlan) -> list:
 
     bench = lookup("benchmark", name)
     source = f"--data-dir {plan.data_dir}" if plan.data_dir else "the Hugging Face Hub"
+    options = dict(plan.bench_options.get(name) or {})
+    unknown = sorted(set(options) - set(load_options(bench)))
+    if unknown:
+        valid = ", ".join(load_options(bench)) or "none"
+        raise ConfigError(f"benchmark {name!r}: unknown option(s) {', '.join(unknown)}; valid: {valid}")
     try:
-        items = bench.load(data_dir=plan.data_dir, limit=plan.limit, seed=plan.seed)
+        items = bench.load(data_dir=plan.data_dir, limit=plan.limit, seed=plan.seed, **options)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"benchmark {name!r}: a data file under {source} is not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
@@ -88,15 +161,26 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
     from benchmarks import register_all
     from judges import load_evaluator
 
+    from harness.registry import lookup
+
     register_all()
     ready = Prepared()
     for name in plan.benchmarks:
+        kind = lookup("benchmark", name).kind
+        if (kind == "policy") != plan.policy:
+            raise ConfigError(
+                f"benchmark {name!r} is a policy benchmark: run it in a policy table (table2, table6, table8) or "
+                "answer it with harness generate" if kind == "policy" else
+                f"benchmark {name!r} is a {kind} evaluator benchmark; a policy table runs policy benchmarks"
+            )
         try:
             ready.items[name] = _load_one(name, plan)
         except HarnessError as exc:
             if not plan.skip_unavailable:
                 raise
             ready.unavailable[f"benchmark {name}"] = str(exc)
+    if plan.policy:
+        return _prepare_policies(plan, pool, ready)
     for spec in dict.fromkeys(plan.rows.values()):
         try:
             ready.evaluators[spec] = load_evaluator(spec, pool)
@@ -111,9 +195,52 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
     return ready
 
 
+def _prepare_policies(plan: RunPlan, pool: Any, ready: Prepared) -> Prepared:
+    from judges.policy import JUDGED_BENCHMARKS, build_judge
+
+    assert plan.judge is not None
+    unknown = sorted(set(plan.judge.settings) - set(JUDGED_BENCHMARKS))
+    if unknown:
+        raise ConfigError(f"judge_settings names {', '.join(unknown)}, which no judge reads; judged: "
+                          f"{', '.join(JUDGED_BENCHMARKS)}")
+    try:
+        ready.judge_backend = pool.get(plan.judge.model, overrides=plan.judge.options)
+    except HarnessError as exc:
+        raise ConfigError(f"judge {plan.judge.model!r} cannot be built: {exc}") from None
+    for bench in ready.items:
+        ready.judges[bench] = build_judge(bench, ready.judge_backend, plan.judge.settings.get(bench))
+    for spec in dict.fromkeys(plan.rows.values()):
+        try:
+            ready.policies[spec] = pool.get(spec)
+        except HarnessError as exc:
+            if not plan.skip_unavailable:
+                raise ConfigError(f"policy {spec!r} cannot be built: {exc}") from None
+            ready.unavailable[f"policy {spec}"] = str(exc)
+    if not ready.items or not ready.policies:
+        missing = "benchmark" if not ready.items else "policy"
+        reasons = "; ".join(f"{k}: {v}" for k, v in ready.unavailable.items())
+        raise ConfigError(f"no {missing} could be loaded, nothing to run ({reasons})")
+    return ready
+
+
 def settings(plan: RunPlan, ready: Prepared, pool: Any) -> dict[str, Any]:
-    """What the run directory is bound to."""
+    """What the run directory is bound to (policy tables: also the judge and the generation settings)."""
     models = pool.identities()
+    if plan.policy:
+        return {
+            "table": plan.table,
+            "rows": plan.rows,
+            "benchmarks": list(plan.benchmarks),
+            "limit": plan.limit,
+            "seeds": plan.seeds,
+            "seed": plan.seed,
+            "data": {name: fingerprint(items) for name, items in ready.items.items()},
+            "models": models,
+            "judge": plan.judge.to_json(),  # type: ignore[union-attr]
+            "judge_settings": {b: dict(j.settings) for b, j in sorted(ready.judges.items())},
+            "generation": asdict(plan.generation),
+            "bench_options": {b: dict(v) for b, v in sorted(plan.bench_options.items())},
+        }
     return {
         "table": plan.table,
         "rows": plan.rows,
@@ -127,10 +254,10 @@ def settings(plan: RunPlan, ready: Prepared, pool: Any) -> dict[str, Any]:
 
 
 def units(plan: RunPlan, ready: Prepared) -> list[Unit[tuple[str, str, Any, int]]]:
-    """One unit per (evaluator spec, benchmark, item, repeat)."""
+    """One unit per (evaluator or policy spec, benchmark, item, repeat)."""
     return [
         Unit(((spec, bench, item.id, repeat),), (spec, bench, item, repeat))
-        for spec in ready.evaluators
+        for spec in (ready.policies if plan.policy else ready.evaluators)
         for bench, items in ready.items.items()
         for item in items
         for repeat in range(plan.seeds)
@@ -166,6 +293,10 @@ async def run_plan(
         "unavailable": ready.unavailable,
         "evaluator_settings": {spec: dict(ev.settings) for spec, ev in ready.evaluators.items()},
     }
+    if plan.policy:
+        extra["judge"] = {**plan.judge.to_json(), "identity": ready.judge_backend.identity(),  # type: ignore[union-attr]
+                          "settings": {b: dict(j.settings) for b, j in sorted(ready.judges.items())}}
+        extra["generation"] = asdict(plan.generation)
     return await write_output(
         OutputPaths.run_dir(out_dir),
         EvalRecord,
@@ -174,9 +305,9 @@ async def run_plan(
         config=dict(config or {}),
         extra=extra,
         units=units(plan, ready),
-        work=make_work(plan, ready),
+        work=make_policy_work(plan, ready) if plan.policy else make_work(plan, ready),
         parallel=parallel,
-        noun="sets",
+        noun="answers" if plan.policy else "sets",
         counters=pool,
         overwrite=overwrite,
         wait=wait,
@@ -206,5 +337,40 @@ def make_work(plan: RunPlan, ready: Prepared):
             trace=result.trace.to_json(),
         )
         return [record]
+
+    return work
+
+
+def make_policy_work(plan: RunPlan, ready: Prepared):
+    """The loop's work function of a policy table: one (policy spec, benchmark, item, repeat) -> the policy's
+    answer, judged (`judges.policy`), as one `EvalRecord` of kind `policy`."""
+    from judges.policy import failure_entries, read_judgment, strip_thinking
+
+    judge_model = plan.judge.model  # type: ignore[union-attr]
+    identity = ready.judge_backend.identity()
+
+    async def work(unit: tuple[str, str, Any, int]) -> list[EvalRecord]:
+        spec, bench, item, repeat = unit
+        seed = derive_seed(plan.seed, bench, item.id, repeat)
+        judge = ready.judges[bench]
+        judge_info = {"model": judge_model, "identity": identity, "settings": dict(judge.settings)}
+        [completion] = await ready.policies[spec].generate([GenerateRequest(item.messages, plan.generation.params(seed))])
+
+        def record(scores: tuple, meta: dict, trace: dict) -> list[EvalRecord]:
+            return [EvalRecord(evaluator=spec, benchmark=bench, item=item.id, repeat=repeat, seed=seed, kind="policy",
+                               scores=scores, meta=meta, trace=trace)]
+
+        if not completion.ok:
+            failures = failure_entries([("generate", completion.error)])
+            return record((), {}, {"answer": None, "judge": judge_info, "failures": failures})
+        raw = completion.texts[0]
+        text = strip_thinking(raw) if plan.generation.strip_thinking else raw
+        [judgment] = await judge.judge_all([(item, text)], seed=seed)
+        judged = read_judgment(bench, item, text, judgment)
+        answer = {"raw": raw, "cached": completion.cached}
+        if text != raw:
+            answer["judged"] = text
+        trace = {"answer": answer, "judge": judge_info, **judged.trace, "failures": failure_entries(judged.failures)}
+        return record(judged.scores, judged.meta, trace)
 
     return work

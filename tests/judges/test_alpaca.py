@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+from alpaca_fakes import gamed_frame
 from judge_fakes import judge_all_closing, loopback_judge_backend
 
 from harness.backends.openai_backend import PROBE_QUESTION
@@ -65,23 +66,8 @@ def test_bad_annotations_are_refused():
         alpaca_metrics([{**row, "preference": 3}])
 
 
-def _gamed_frame(path: Path, n: int, seed: int = 0) -> Path:
-    """A stand-in for `df_gamed.csv` with its columns: two gamed baselines x n instructions, seeded."""
-    rng = random.Random(seed)
-    difficulty = [rng.gauss(0, 1) for _ in range(n)]
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["model", "index", "instruction_difficulty", "not_gamed_baseline", "preference", "std_delta_len"])
-        for model, sign in (("gamed_verbose", 1), ("gamed_concise", -1)):
-            for i in range(n):
-                delta = sign * abs(rng.gauss(1, 0.5))
-                w.writerow([model, i, difficulty[i], False, min(1.0, max(0.0, 0.5 - 0.2 * delta + rng.gauss(0, .1))),
-                            delta])
-    return path
-
-
 def test_length_control_joins_by_the_reference_order(alpaca_dir: Path, instructions: list[str], tmp_path: Path):
-    gamed = _gamed_frame(tmp_path / "df_gamed.csv", len(instructions))
+    gamed = gamed_frame(tmp_path / "df_gamed.csv", len(instructions))
     rows = _annotations(alpaca_dir, "gpt-3.5-turbo-1106")
     first = length_controlled(rows, instructions, gamed_csv=gamed)
     assert first["glm"] == "length_controlled_v1" and 0 < first["length_controlled_winrate"] < 100

@@ -156,7 +156,8 @@ def test_two_games_per_question_with_the_positions_swapped(hard_items: list[Poli
         assert j.model_as_a.model_as_a is True and j.model_as_a.judge == "judge"
         assert j.games == (j.baseline_as_a, j.model_as_a)
     json.dumps([j.to_json() for j in found])
-    assert judge.settings == {"prompts": "ours", "structured": True, "temperature": 0.0, "max_tokens": 16000}
+    assert judge.settings == {"prompts": "ours", "structured": True, "label_only": False, "temperature": 0.0,
+                              "max_tokens": 16000}
 
 
 def test_the_score_of_the_judged_games_by_hand(hard_items: list[PolicyItem]):
