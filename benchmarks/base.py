@@ -105,7 +105,7 @@ class PolicyBenchmark(Protocol):
     """How tables name it (`AlpacaEval 2`, `Arena-Hard v2.0`, `WildBench`, `WritingBench`)."""
     kind: Literal["policy"]
     metrics: tuple[Metric, ...]
-    """Its metrics, headline first; empty until its judge declares them."""
+    """Its metrics, headline first, read from the judged records of a policy table (`judges.policy`)."""
 
     def load(self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0) -> list[PolicyItem]:
         """The benchmark's items in the upstream order; `limit` keeps the first N."""

@@ -59,7 +59,8 @@ def explain_cell(run_dir: Path, row: str, bench: str) -> str:
     if bench not in data:
         raise ConfigError(f"{run_dir}: no benchmark {bench!r}; benchmarks: {', '.join(data) or '(none)'}")
     spec = run.rows[row]
-    kind, subject, fixed = held_fixed(spec)
+    policy = bool(settings.get("judge"))
+    kind, subject, fixed = (None, spec, {}) if policy else held_fixed(spec)
     models = settings.get("models", {})
     cell = compute_results([r for r in run.records if r.benchmark == bench], {row: spec})[row]["benchmarks"]
     cell = cell.get(bench)
@@ -74,9 +75,17 @@ def explain_cell(run_dir: Path, row: str, bench: str) -> str:
         + ", ".join(f"{k} {v}" for k, v in (manifest.get("versions") or {}).items() if v),
         f"dataset: fingerprint {data[bench]}, {manifest.get('dataset_sizes', {}).get(bench, '?')} items "
         f"(limit {settings.get('limit') or 'none'})",
-        f"evaluator: {spec}",
+        f"{'policy' if policy else 'evaluator'}: {spec}",
     ]
-    if subject is not None:
+    if policy:
+        judge = manifest.get("judge") or settings["judge"]
+        lines.append(f"  identity {models.get(spec, '(not recorded)')}")
+        options = ", ".join(f"{k}={v}" for k, v in (judge.get("options") or {}).items())
+        lines.append(f"judge: {judge['model']}{f' ({options})' if options else ''}  identity "
+                     f"{judge.get('identity', '(not recorded)')}")
+        lines.append(f"  settings: {(settings.get('judge_settings') or {}).get(bench, {})}")
+        lines.append(f"generation: {settings.get('generation')}")
+    elif subject is not None:
         lines.append(f"  under test: {subject}  identity {models.get(subject, '(not recorded)')}")
     for key, value in fixed.items():
         if value in models:
@@ -89,6 +98,10 @@ def explain_cell(run_dir: Path, row: str, bench: str) -> str:
         lines.append("results: no complete repeat yet")
     else:
         for metric in benchmark(bench).metrics:
+            if metric.name not in cell:
+                why = "; ".join(sorted({w for w in (cell.get("unavailable") or {}).get(metric.name) or () if w}))
+                lines.append(f"{metric.name}: no value{f' ({why})' if why else ''}")
+                continue
             m = cell[metric.name]
             lines.append(
                 f"{metric.name}: {metric.format(m['value'])} (std {metric.format(m['std'])} over {m['repeats']} "
@@ -97,5 +110,11 @@ def explain_cell(run_dir: Path, row: str, bench: str) -> str:
             )
         if cell.get("incomplete_repeats"):
             lines.append(f"incomplete repeats (left out): {cell['incomplete_repeats']}")
-    lines.append("reproduce: " + reproduce_command(row, spec, bench, settings, manifest.get("config") or {}))
+    if policy:
+        table = settings.get("table")
+        lines.append(f"reproduce: harness run {table} --config FILE, FILE holding the resolved config recorded in "
+                     f"{OutputPaths.run_dir(run.path).shown}/manifest.json (`config`), with only_rows: [{row!r}] "
+                     f"and benchmarks: [{bench}]")
+    else:
+        lines.append("reproduce: " + reproduce_command(row, spec, bench, settings, manifest.get("config") or {}))
     return "\n".join(lines)

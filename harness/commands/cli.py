@@ -184,6 +184,15 @@ def generate(
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.0,
     top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)] = 1.0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 512,
+    stop: Annotated[
+        Optional[list[str]], typer.Option("--stop", help="A stop string: the text ends before it (repeatable).")
+    ] = None,
+    bench_option: Annotated[
+        Optional[list[str]],
+        typer.Option("--bench-option", metavar="KEY=VALUE",
+                     help="An option of the benchmark's loader, e.g. subset=length (writingbench) or "
+                     "missing_baseline=skip (arena_hard_v2); repeatable."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Run seed; per-prompt seeds derive from it.")] = 0,
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
@@ -215,17 +224,20 @@ def generate(
         raise ConfigError("give exactly one of --prompts FILE or --benchmark NAME")
     if prompts is not None and _same_file(prompts, out):
         raise ConfigError(f"--out {out} is the prompts file itself; choose another output file")
+    if bench_option and benchmark is None:
+        raise ConfigError("--bench-option goes with --benchmark")
     if prompts is not None:
         records = read_prompts_file(prompts)[:limit]
     else:
-        records = benchmark_prompts(benchmark, data_dir=data_dir, limit=limit)
+        options = _bench_options([f"{benchmark}.{o}" for o in bench_option or ()], {}).get(benchmark)
+        records = benchmark_prompts(benchmark, data_dir=data_dir, limit=limit, options=options)
     options = _backend_options(
         base_url=base_url, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
         max_attempts=max_attempts, batch_size=batch_size, tensor_parallel_size=tensor_parallel,
         data_parallel_size=data_parallel, dtype=dtype, enforce_eager=enforce_eager,
     )
     config = GenerateConfig(model=model, source=str(prompts or benchmark), n=n, temperature=temperature,
-                            top_p=top_p, max_tokens=max_tokens, seed=seed, limit=limit)
+                            top_p=top_p, max_tokens=max_tokens, seed=seed, limit=limit, stop=tuple(stop or ()))
     pool = BackendPool(options=options, cache=None if no_cache else CallCache())
     backend = pool.get(model)
     summary = _drive(pool, lambda: run_generate(

@@ -40,11 +40,14 @@ class GenerateConfig:
     """Run seed; each prompt's sampling seed is derived from it and the prompt id."""
     limit: int | None = None
     """Only the first N prompts."""
+    stop: tuple[str, ...] = ()
+    """Stop strings (the text ends before the first one)."""
 
     def settings(self, *, identity: dict[str, str], prompts: Sequence[PromptRecord]) -> dict[str, Any]:
         """What the output is bound to: these fields (but where the prompts came from: their fingerprint
-        stands for them), the model's identity and the prompts' fingerprint."""
-        fields = {k: v for k, v in asdict(self).items() if k != "source"}
+        stands for them; no stop strings: left out, as outputs made before they existed), the model's identity
+        and the prompts' fingerprint."""
+        fields = {k: v for k, v in asdict(self).items() if k != "source" and not (k == "stop" and not v)}
         return {**fields, "model_identity": identity, "prompts": prompts_fingerprint(prompts)}
 
 
@@ -68,6 +71,7 @@ def _request(prompt: PromptRecord, config: GenerateConfig) -> GenerateRequest:
         top_p=config.top_p,
         max_tokens=config.max_tokens,
         seed=derive_seed(config.seed, prompt.id),
+        stop=tuple(config.stop),
     )
     return GenerateRequest(prompt.messages, params)
 

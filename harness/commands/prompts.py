@@ -91,8 +91,15 @@ def read_prompts_file(path: Path) -> list[PromptRecord]:
     ]
 
 
-def benchmark_prompts(name: str, *, data_dir: Path | None, limit: int | None) -> list[PromptRecord]:
-    """The prompts of a registered benchmark (its policy-evaluation inputs)."""
+def benchmark_prompts(
+    name: str, *, data_dir: Path | None, limit: int | None, options: dict | None = None
+) -> list[PromptRecord]:
+    """The prompts of a registered benchmark (its policy-evaluation inputs); `options` go to its loader
+    (`writingbench`: `subset`; `arena_hard_v2`: `missing_baseline`).
+
+    Raises:
+        ConfigError: for an evaluator benchmark, or an option its loader does not take (listing those it does).
+    """
     from benchmarks import register_all
     from harness.registry import lookup
 
@@ -103,4 +110,12 @@ def benchmark_prompts(name: str, *, data_dir: Path | None, limit: int | None) ->
             f"benchmark {name!r} is a {benchmark.kind} evaluator benchmark; --benchmark takes a policy benchmark's"
             " prompts (or pass --prompts FILE)"
         )
-    return [PromptRecord(item.id, item.messages) for item in benchmark.load(data_dir=data_dir, limit=limit)]
+    from harness.commands.runner import load_options
+
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(load_options(benchmark)))
+    if unknown:
+        valid = ", ".join(load_options(benchmark)) or "none"
+        raise ConfigError(f"benchmark {name!r}: unknown option(s) {', '.join(unknown)}; valid: {valid}")
+    items = benchmark.load(data_dir=data_dir, limit=limit, **options)
+    return [PromptRecord(item.id, item.messages) for item in items]

@@ -66,12 +66,13 @@ def _arena_dir(tmp_path: Path, questions: list, answers: dict[str, list] | None 
 
 
 def test_registered():
-    for name, obj, display in [
-        ("alpaca_eval2", ALPACA_EVAL2, "AlpacaEval 2"),
-        ("arena_hard_v2", ARENA_HARD_V2, "Arena-Hard v2.0"),
+    for name, obj, display, metrics in [
+        ("alpaca_eval2", ALPACA_EVAL2, "AlpacaEval 2", ["lc_win_rate", "win_rate", "discrete_win_rate"]),
+        ("arena_hard_v2", ARENA_HARD_V2, "Arena-Hard v2.0", ["hard_prompt", "creative_writing"]),
     ]:
         assert lookup("benchmark", name) is obj and isinstance(obj, PolicyBenchmark)
-        assert (obj.name, obj.display, obj.kind, obj.metrics) == (name, display, "policy", ())
+        assert (obj.name, obj.display, obj.kind) == (name, display, "policy")
+        assert [m.name for m in obj.metrics] == metrics
 
 
 # AlpacaEval 2

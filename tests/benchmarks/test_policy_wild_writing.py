@@ -102,7 +102,7 @@ def wild_dir(tmp_path: Path) -> Path:
 def test_wildbench_registered():
     bench = lookup("benchmark", "wildbench")
     assert bench is wb.WILDBENCH and isinstance(bench, PolicyBenchmark)
-    assert (bench.kind, bench.display, bench.metrics) == ("policy", "WildBench", ())
+    assert (bench.kind, bench.display, [m.name for m in bench.metrics]) == ("policy", "WildBench", ["score", "task_macro"])
 
 
 def test_wildbench_local_jsonl(wild_dir: Path):
@@ -230,7 +230,7 @@ def length_items(shared_data: Path):
 def test_writingbench_registered():
     bench = lookup("benchmark", "writingbench")
     assert bench is wr.WRITINGBENCH and isinstance(bench, PolicyBenchmark)
-    assert (bench.kind, bench.display, bench.metrics) == ("policy", "WritingBench", ())
+    assert (bench.kind, bench.display, [m.name for m in bench.metrics]) == ("policy", "WritingBench", ["overall"])
 
 
 def test_writingbench_v2_length_subset(length_items, shared_data: Path):

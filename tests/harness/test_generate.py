@@ -71,3 +71,27 @@ def test_identical_run_into_new_file_is_all_cache_hits(tmp_path: Path):
     assert second.backend_calls == 0 and second.cache_hits == 3
     assert len(inner.requests) == 3
     assert [x["text"] for x in _lines(tmp_path / "2.jsonl")] == [x["text"] for x in _lines(tmp_path / "1.jsonl")]
+
+
+def test_stop_strings_reach_the_request_and_bind_the_output(tmp_path: Path):
+    backend = ScriptedBackend()
+    out = tmp_path / "gen.jsonl"
+    _run(backend, _prompts("a"), out, stop=("\n\n", "###"))
+    assert backend.requests[0].params.stop == ("\n\n", "###")
+    manifest = json.loads(out.with_name("gen.jsonl.manifest.json").read_text())
+    assert manifest["settings"]["stop"] == ["\n\n", "###"]
+    plain = tmp_path / "plain.jsonl"
+    _run(ScriptedBackend(), _prompts("a"), plain)
+    assert "stop" not in json.loads(plain.with_name("plain.jsonl.manifest.json").read_text())["settings"]
+
+
+def test_benchmark_prompts_take_loader_options(shared_data: Path):
+    import pytest
+
+    from harness.commands.prompts import benchmark_prompts
+    from harness.errors import ConfigError
+
+    found = benchmark_prompts("writingbench", data_dir=shared_data, limit=2, options={"subset": "length"})
+    assert len(found) == 2 and all(p.id.startswith("writingbench:") for p in found)
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) flavour; valid: subset, version"):
+        benchmark_prompts("writingbench", data_dir=shared_data, limit=2, options={"flavour": "x"})

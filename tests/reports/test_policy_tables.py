@@ -236,6 +236,11 @@ def test_table2_through_a_loopback_policy_and_judge(tmp_path: Path, data_dir: Pa
     csv_lines = (out / "table.csv").read_text().splitlines()
     assert any(line.startswith(f"{ROW},openai:policy-model,writingbench,overall,") for line in csv_lines)
     assert "\\textit{paper}" in (out / "table.tex").read_text()
+    explained = subprocess.run([sys.executable, "-m", "harness", "report", str(out), "--explain", ROW, "alpaca_eval2"],
+                               capture_output=True, text=True, timeout=120)
+    assert explained.returncode == 0, explained.stderr
+    assert "policy: openai:policy-model" in explained.stdout and "judge: openai:judge-model" in explained.stdout
+    assert "lc_win_rate: no value (the length-controlled win rate needs all 805" in explained.stdout
 
 
 def test_compare_refuses_runs_judged_by_different_judges(tmp_path: Path, data_dir: Path):
