@@ -225,7 +225,7 @@ _TABLE2_ROWS = (
 )
 TABLE2_SPEC = TableSpec(
     name="table2",
-    title="Policy quality judged by DeepSeek-V4-Flash (Qwen3-8B trained with each reward)",
+    title="Policy quality, Qwen3-8B trained with each reward (the paper's judge: DeepSeek-V4-Flash)",
     rows=_TABLE2_ROWS,
     columns=_POLICY_COLUMNS,
     paper=TABLE2,
@@ -235,7 +235,7 @@ TABLE2_SPEC = TableSpec(
 )
 TABLE6_SPEC = TableSpec(
     name="table6",
-    title="Policy quality judged by GPT-4.1 (Table 2's policies)",
+    title="Policy quality, Table 2's policies (the paper's judge: GPT-4.1)",
     rows=_TABLE2_ROWS,
     columns=_POLICY_COLUMNS,
     paper=TABLE6,
@@ -245,7 +245,8 @@ TABLE6_SPEC = TableSpec(
 )
 TABLE8_SPEC = TableSpec(
     name="table8",
-    title="Policy quality across backbones, native and trained with DR-Generator-8B (judged as Table 2)",
+    title="Policy quality across backbones, native and trained with DR-Generator-8B (the paper's judge: "
+    "DeepSeek-V4-Flash)",
     rows=(
         _policy_row("Llama-3.1-8B native", "vllm:meta-llama/Llama-3.1-8B-Instruct"),
         _policy_row("Llama-3.1-8B DR", "vllm:checkpoints/dr-policy-llama-3.1-8b", dynamic=True),
