@@ -63,8 +63,11 @@ def build_tiny_lm(
     arch: str = "llama",
     head_dim: int | None = None,
     byte_level: bool = False,
+    corpus: Sequence[str] = CORPUS,
 ) -> Path:
     """Save a tiny random causal LM (hidden 64, 2 layers) with a small readable tokenizer into `path`.
+
+    `corpus`: what the tokenizer is trained on (texts in it become few tokens).
 
     `arch`: `llama`, or `gemma3` (one sliding-window layer of width 8 and one global layer: a hybrid KV cache).
     `head_dim`: the llama's attention head width (default hidden / heads = 16; vLLM's CPU attention needs 32 or
@@ -75,7 +78,7 @@ def build_tiny_lm(
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
     tok = tiny_tokenizer(
-        CORPUS,
+        corpus,
         vocab_size=400 if byte_level else 220,
         specials=["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"],
         bos="<|im_start|>",

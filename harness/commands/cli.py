@@ -629,10 +629,62 @@ def compare(
 @app.command()
 def train(
     what: Annotated[str, typer.Argument(help="generator | policy | coevolve")],
-    config: Annotated[Optional[Path], typer.Option("--config")] = None,
+    config: Annotated[Path, typer.Option("--config", help="YAML training config (training/configs/*.yaml).")],
+    output_dir: Annotated[
+        Optional[Path], typer.Option("--output-dir", help="Where the checkpoint goes (overrides the config's).")
+    ] = None,
+    nectar: Annotated[
+        Optional[Path], typer.Option("--nectar", help="A Nectar JSONL/parquet file (overrides data.nectar; else the Hub).")
+    ] = None,
+    max_steps: Annotated[Optional[int], typer.Option("--max-steps", min=1, help="GRPO steps (overrides grpo.max_steps).")] = None,
+    rounds: Annotated[Optional[int], typer.Option("--rounds", min=1, help="coevolve: rounds (overrides rounds).")] = None,
 ) -> None:
-    """Train a DR-Generator or a DR-Policy with GRPO, or run co-evolution rounds."""
-    _not_yet("train")
+    """Train a DR-Generator or a DR-Policy with GRPO (TRL) on the DR rewards; the output dir is a plain Hugging
+    Face checkpoint (`hf:DIR`, `vllm:DIR` load it) with train_log.jsonl and dr_manifest.json beside it.
+    `coevolve` alternates them for --rounds (G1 on P0's sets, P1 with G1, G2 on P1's sets, ...) into
+    OUTPUT_DIR/G1, P1, ... with coevolve.json listing every checkpoint and its parents.
+
+    Exit code 0 when the checkpoint was written, 2 for bad input (config, data, models).
+    """
+    from harness.errors import ConfigError
+
+    if what not in ("generator", "policy", "coevolve"):
+        raise ConfigError(f"harness train {what!r}: expected generator, policy or coevolve")
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        raise ConfigError('training needs TRL: pip install -e ".[hf,train]"') from None
+    if what == "coevolve":
+        from training.coevolve import coevolve, load_coevolve_config
+
+        co = load_coevolve_config(config, rounds=rounds)
+        if output_dir is not None:
+            co = co.model_copy(update={"output_dir": output_dir})
+        if nectar is not None:
+            co = co.model_copy(update={"data": co.data.model_copy(update={"nectar": nectar})})
+        result = coevolve(co)
+        for stage in result["stages"]:
+            parents = ", ".join(f"{k} {v}" for k, v in stage["parents"].items())
+            typer.echo(f"{stage['name']:<10} {stage['kind']:<9} {stage['checkpoint']}  ({parents})")
+        typer.echo(f"manifest: {co.output_dir}/coevolve.json")
+        return
+    from training.grpo import load_train_config, train as run_training
+
+    cfg = load_train_config(config)
+    updates: dict = {}
+    if output_dir is not None:
+        updates["output_dir"] = output_dir
+    if nectar is not None:
+        updates["data"] = cfg.data.model_copy(update={"nectar": nectar})
+    if max_steps is not None:
+        updates["grpo"] = cfg.grpo.model_copy(update={"max_steps": max_steps})
+    cfg = cfg.model_copy(update=updates)
+    manifest = run_training(what, cfg)  # type: ignore[arg-type]
+    typer.echo(f"{what} checkpoint: {manifest['checkpoint']} ({manifest['data']['rows']} training rows; "
+               f"manifest {manifest['checkpoint']}/dr_manifest.json)")
+    for step in manifest["reward_history"]:
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in step.items() if isinstance(v, float))
+        typer.echo(f"  reward: {shown}")
 
 
 @app.command()
@@ -816,6 +868,22 @@ def bench_verify(
                                enforce_eager=enforce_eager)
     typer.echo(bench_verify_sync(model, items=items, responses=responses, options=options, throughput=throughput,
                                  prompts=prompts, max_tokens=max_tokens))
+
+
+@bench_app.command("reward")
+def bench_reward(
+    model: Annotated[str, typer.Option("--model", "-m", help="The verifier's model spec or alias.")] = "smollm2-135m",
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    batch_size: BatchOpt = None,
+    dtype: DtypeOpt = None,
+) -> None:
+    """The DR-Generator reward's wall time per call with per_item and with logprob verification on the same
+    rubric completions (cache off), and their ratio, measured in one run."""
+    from harness.commands.bench_reward import format_bench_reward, run_bench_reward
+
+    options = _backend_options(base_url=base_url, api_key_env=api_key_env, batch_size=batch_size, dtype=dtype)
+    typer.echo(format_bench_reward(run_bench_reward(model, options=options), model=model))
 
 
 @bench_app.command("structured")

@@ -1,0 +1,397 @@
+"""`harness train generator|policy`: GRPO (TRL) on the DR rewards; the outputs are plain Hugging Face checkpoints.
+
+One config (YAML, unknown keys are errors; `TrainConfig`) names the model to train, the frozen models of its
+reward (the verifier; for the policy also the generator), the data (Nectar, filtered by Appendix B's rules,
+`training.data`) and TRL's GRPO settings. The run:
+
+1. reads and filters the Nectar rows (the per-rule drop counts are logged and kept in the manifest);
+2. generator: samples each kept row's response set from the current policy with the harness's own generation
+   (`harness.commands.generate`: any backend, cached, resumable; `sets.jsonl` in the output dir is bound to the
+   policy's identity), and builds the DR-Generator's prompt over it (`judges.dynamic.dynamic_generator_prompt`,
+   responses in a seeded order);
+3. trains with `trl.GRPOTrainer` and the reward of `training.rewards` (`scale_rewards="none"`: the generator's
+   reward already is the paper's advantage; for the policy TRL centres each group's rubric scores);
+4. saves the model and tokenizer into `output_dir` (so `hf:DIR` and `vllm:DIR` load it), `train_log.jsonl` (TRL's
+   per-step metrics with the reward's own: components, zero-spread groups, saturated items, rubric size, length
+   correlation, verifier calls, reward time next to step time) and `dr_manifest.json` (kind, parents with their
+   identities, the data fingerprint, the filter counts, the resolved config, versions).
+
+Defaults are TRL's unless a field says otherwise; the paper gives no hyper-parameters we could check offline, so the
+paper-scale configs under `training/configs/` are ours and say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import ConfigError
+from training.data import FilterReport, GeneratorRules, NectarRow, PolicyRules, filter_rows, fingerprint
+
+log = logging.getLogger("harness.train")
+
+
+class GRPOSettings(BaseModel):
+    """TRL `GRPOConfig` fields the trainers set (others through `extra`, checked against `GRPOConfig`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_generations: int = Field(8, ge=2)
+    """Completions per prompt (a group)."""
+    max_completion_length: int = Field(1024, ge=1)
+    per_device_train_batch_size: int = Field(8, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    learning_rate: float = Field(1e-6, gt=0)
+    max_steps: int = Field(100, ge=1)
+    beta: float = Field(0.0, ge=0)
+    """KL weight (TRL's default 0: no reference model)."""
+    loss_type: str = "dapo"
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    bf16: bool | None = None
+    """None: on when CUDA is present (TRL's default is on; CPUs train in float32)."""
+    gradient_checkpointing: bool = False
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    """`colocate`: vLLM in the training process (loads the model by path); `server`: `trl vllm-serve` elsewhere."""
+    vllm_server_base_url: str | None = None
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    logging_steps: int = Field(1, ge=1)
+    save_steps: int | None = Field(None, ge=1)
+    """Intermediate checkpoints every N steps (None: only the final one)."""
+    seed: int = 0
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class SetSampling(BaseModel):
+    """How the generator's response sets are sampled from the current policy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str
+    """The current policy's model spec (P0: the base policy)."""
+    set_size: int = Field(4, ge=2)
+    temperature: float = Field(1.0, ge=0)
+    max_tokens: int = Field(512, ge=1)
+
+
+class DataConfig(BaseModel):
+    """Where the Nectar rows come from and how they are filtered."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nectar: Path | None = None
+    """A Nectar JSON-lines or parquet file (the Hub's `data/rlaif.parquet`); None reads the Hub split."""
+    limit: int | None = Field(None, ge=1)
+    """Keep the first N rows that pass the rules."""
+    generator_rules: GeneratorRules = Field(default_factory=GeneratorRules)
+    policy_rules: PolicyRules = Field(default_factory=PolicyRules)
+    sets: SetSampling | None = None
+    """Generator training: the policy whose response sets the rubrics are for."""
+
+
+class TrainConfig(BaseModel):
+    """`harness train generator|policy --config FILE` (written, resolved, into the checkpoint's manifest)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    """What to train: an alias (`smollm2-135m`), `hf:DIR`, a checkpoint dir or a Hub id."""
+    output_dir: Path
+    verifier: str
+    """The frozen DR-Verifier's model spec."""
+    generator: str | None = None
+    """Policy training: the frozen DR-Generator's model spec."""
+    verify_mode: Literal["per_item", "batched", "logprob"] = "logprob"
+    structured: bool = True
+    lam: float = Field(1.0, ge=0)
+    """Generator: the anchor advantage's weight (the paper's lambda)."""
+    objective: Literal["both", "disc", "anchor"] = "both"
+    """Generator: Table 3's ablations (`disc`: without the anchor, `anchor`: without discriminability)."""
+    gen_max_tokens: int = Field(512, ge=16)
+    """Policy: the frozen generator's rubric budget."""
+    data: DataConfig = Field(default_factory=DataConfig)
+    grpo: GRPOSettings = Field(default_factory=GRPOSettings)
+    backend: dict[str, Any] = Field(default_factory=dict)
+    """BackendOptions of the frozen models (base_url, concurrency, batch_size, ...)."""
+
+
+def load_train_config(path: Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """The YAML file's settings with non-None `overrides` on top.
+
+    Raises:
+        ConfigError: naming the file and the offending keys.
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the training config ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a training config is a mapping of settings")
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return TrainConfig(**data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path}: {problems}") from None
+
+
+def model_path(spec: str) -> str:
+    """A local checkpoint dir (or Hub id) for `from_pretrained`: aliases resolve (converting once), `hf:`/`vllm:`
+    prefixes drop."""
+    from harness.backends import parse_spec
+
+    import harness.backends  # noqa: F401  (registers aliases)
+
+    if spec.startswith(("openai:",)):
+        raise ConfigError(f"cannot train {spec!r}: an API model has no weights here")
+    kind, name = parse_spec(spec) if ":" in spec or not Path(spec).exists() else ("hf", spec)
+    if kind not in ("hf", "vllm"):
+        raise ConfigError(f"cannot train {spec!r}: not a local model")
+    return name
+
+
+def read_rows(config: DataConfig, *, policy: bool) -> tuple[list[NectarRow], FilterReport]:
+    """The Nectar rows that pass the generator's (or the policy's) rules, with the report."""
+    from benchmarks.nectar import HUB_ID, HUB_SPLIT
+    from training.data import read_nectar, row_from_nectar
+
+    if config.nectar is not None:
+        if not Path(config.nectar).is_file():
+            raise ConfigError(f"data.nectar: no such file {config.nectar}")
+        rows = read_nectar(config.nectar)
+    else:
+        from benchmarks.base import load_hub
+
+        hub = load_hub(HUB_ID, split=HUB_SPLIT)
+        rows = (row_from_nectar(r, i, f"{HUB_ID}[{HUB_SPLIT}] row {i}") for i, r in enumerate(hub))
+    rules = (config.policy_rules if policy else config.generator_rules).rules()
+    report = FilterReport()
+    kept = []
+    for row in filter_rows(rows, rules, report):
+        kept.append(row)
+        if config.limit is not None and len(kept) >= config.limit:
+            break
+    if not kept:
+        raise ConfigError("no Nectar row passed the rules:\n" + "\n".join(report.lines()))
+    return kept, report
+
+
+def sample_sets(rows: list[NectarRow], sampling: SetSampling, out: Path, pool: Any, *, seed: int
+                ) -> tuple[list[NectarRow], list[list[str]], dict[str, str]]:
+    """Each row's response set sampled from the current policy (`harness generate` into `out`, resumable and
+    cached, bound to the policy's identity); rows with a failed sample are left out. Returns (rows, sets, the
+    policy's identity)."""
+    from harness.backends.base import user_chat
+    from harness.commands.generate import GenerateConfig, run_generate
+    from harness.commands.prompts import PromptRecord
+    from harness.records import GenerationRecord
+    from harness.runstore import RecordLog
+
+    backend = pool.get(sampling.policy)
+    prompts = [PromptRecord(r.id, user_chat(r.prompt)) for r in rows]
+    config = GenerateConfig(model=sampling.policy, source="nectar", n=sampling.set_size,
+                            temperature=sampling.temperature, max_tokens=sampling.max_tokens, seed=seed)
+
+    async def go():
+        try:
+            return await run_generate(backend, prompts, config, out, parallel=64)
+        finally:
+            await pool.close()
+
+    asyncio.run(go())
+    found: dict[str, dict[int, str]] = {}
+    for record in RecordLog(out, GenerationRecord).records():
+        if record.text is not None:
+            found.setdefault(record.id, {})[record.sample] = record.text
+    kept, sets = [], []
+    for row in rows:
+        samples = found.get(row.id, {})
+        if len(samples) == sampling.set_size:
+            kept.append(row)
+            sets.append([samples[i] for i in range(sampling.set_size)])
+    if len(kept) < len(rows):
+        log.info("%d of %d rows left out: some of their samples failed (see %s)", len(rows) - len(kept), len(rows),
+                 out)
+    return kept, sets, backend.identity()
+
+
+def generator_dataset(rows: list[NectarRow], sets: list[list[str]], *, seed: int) -> list[dict[str, Any]]:
+    """One GRPO prompt per row: the DR-Generator's request over the row's set, in a seeded order."""
+    from harness.seeds import derive_seed
+    from judges.dynamic import dynamic_generator_prompt, presentation_order
+
+    out = []
+    for row, responses in zip(rows, sets):
+        order = presentation_order(len(responses), derive_seed(seed, row.id))
+        text = dynamic_generator_prompt(row.prompt, responses, order)
+        out.append({"prompt": [{"role": "user", "content": text}], "row": row.id, "question": row.prompt,
+                    "responses": list(responses), "anchor": list(row.responses)})
+    return out
+
+
+def policy_dataset(rows: list[NectarRow]) -> list[dict[str, Any]]:
+    """One GRPO prompt per row: the user's prompt."""
+    return [{"prompt": [{"role": "user", "content": r.prompt}], "row": r.id, "question": r.prompt} for r in rows]
+
+
+def grpo_config(settings: GRPOSettings, output_dir: Path) -> Any:
+    """TRL's `GRPOConfig` from our settings (CPU: float32, `use_cpu`)."""
+    import dataclasses
+
+    import torch
+    from trl import GRPOConfig
+
+    cuda = torch.cuda.is_available()
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    unknown = sorted(set(settings.extra) - fields)
+    if unknown:
+        raise ConfigError(f"grpo.extra: {', '.join(unknown)} are not GRPOConfig fields")
+    values = settings.model_dump(exclude={"extra", "bf16", "save_steps", "vllm_server_base_url"})
+    values.update(
+        output_dir=str(output_dir),
+        bf16=cuda if settings.bf16 is None else settings.bf16,
+        use_cpu=not cuda,
+        scale_rewards="none",
+        report_to="none",
+        save_strategy="steps" if settings.save_steps else "no",
+        save_steps=settings.save_steps or 500,
+        disable_tqdm=True,
+    )
+    if settings.vllm_server_base_url:
+        values["vllm_server_base_url"] = settings.vllm_server_base_url
+    values.update(settings.extra)
+    return GRPOConfig(**values)
+
+
+class _StepLog:
+    """A TrainerCallback writing every TRL log line (with the reward's `dr/*` metrics) to `train_log.jsonl`."""
+
+    def __new__(cls, path: Path):
+        from transformers import TrainerCallback
+
+        class StepLog(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ARG002
+                if logs:
+                    with path.open("a", encoding="utf-8") as f:
+                        f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+
+        return StepLog()
+
+
+def train(kind: Literal["generator", "policy"], config: TrainConfig) -> dict[str, Any]:
+    """Run one training job (see the module docstring); returns the manifest it writes.
+
+    Raises:
+        ConfigError: for a bad config, data that leaves nothing to train on, or a model that cannot be loaded.
+    """
+    from harness.cache import CallCache
+    from harness.config import backend_options
+    from harness.pool import BackendPool
+
+    started = time.time()
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    options = backend_options(config.backend, where="backend")
+    rows, report = read_rows(config.data, policy=kind == "policy")
+    for line in report.lines():
+        log.info("nectar: %s", line)
+    parents: dict[str, Any] = {"model": config.model}
+    if kind == "generator":
+        if config.data.sets is None:
+            raise ConfigError("data.sets: generator training needs the policy whose response sets it rates")
+        sets_pool = BackendPool(options=options, cache=CallCache())
+        rows, sets, identity = sample_sets(rows, config.data.sets, out / "sets.jsonl", sets_pool,
+                                           seed=config.grpo.seed)
+        parents["policy"] = {"spec": config.data.sets.policy, "identity": identity}
+        dataset = generator_dataset(rows, sets, seed=config.grpo.seed)
+    else:
+        if config.generator is None:
+            raise ConfigError("generator: policy training needs the frozen DR-Generator's model spec")
+        dataset = policy_dataset(rows)
+    pool = BackendPool(options=options, cache=CallCache())
+    reward = _reward(kind, config, pool)
+    parents["verifier"] = {"spec": config.verifier, "identity": pool.get(config.verifier).identity()}
+    if kind == "policy":
+        parents["generator"] = {"spec": config.generator, "identity": pool.get(config.generator).identity()}
+    fit(config.model, config.grpo, dataset, reward, out)
+    asyncio.run(pool.close())
+    manifest = {
+        "kind": kind,
+        "checkpoint": str(out),
+        "parents": parents,
+        "data": {"fingerprint": fingerprint(rows), "rows": len(rows), "filter": {
+            "seen": report.seen, "kept": report.kept, "dropped": report.dropped}},
+        "config": config.model_dump(mode="json"),
+        "reward_history": reward.history,
+        "versions": _versions(),
+        "started": started,
+        "ended": time.time(),
+    }
+    (out / "dr_manifest.json").write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    return manifest
+
+
+def _reward(kind: str, config: TrainConfig, pool: Any) -> Any:
+    from training.rewards import GeneratorReward, PolicyReward
+
+    g = config.grpo.num_generations
+    if kind == "generator":
+        return GeneratorReward(pool.get(config.verifier), group_size=g, lam=config.lam, objective=config.objective,
+                               mode=config.verify_mode, structured=config.structured)
+    from judges.dynamic import RubricEvaluator
+
+    evaluator = RubricEvaluator(
+        f"dynamic-rubric:generator={config.generator},verifier={config.verifier},mode={config.verify_mode}",
+        generator=pool.get(config.generator), verifier=pool.get(config.verifier), dynamic=True,
+        mode=config.verify_mode, gen_max_tokens=config.gen_max_tokens, structured=config.structured,
+    )
+    return PolicyReward(evaluator, group_size=g, seed=config.grpo.seed)
+
+
+def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], reward: Any, out: Path) -> Path:
+    """GRPO on `dataset` with `reward` (a TRL reward function), the model and tokenizer saved into `out`, TRL's
+    per-step log lines in `out/train_log.jsonl`. Returns the log's path.
+
+    Raises:
+        ConfigError: when the model cannot be loaded.
+    """
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    trainer_log = out / "train_log.jsonl"
+    trainer_log.unlink(missing_ok=True)
+    args = grpo_config(settings, out)
+    # TRL warns with the whole row for every completion no reward could score; the reward counts those itself
+    # (`dr/unscored_*` in the log).
+    logging.getLogger("trl.trainer.grpo_trainer").setLevel(logging.ERROR)
+    try:
+        trainer = GRPOTrainer(model=model_path(model), reward_funcs=[reward], args=args,
+                              train_dataset=Dataset.from_list(dataset), callbacks=[_StepLog(trainer_log)])
+    except OSError as exc:
+        raise ConfigError(f"cannot load the model to train {model!r}: {exc}") from None
+    trainer.train()
+    trainer.save_model(str(out))
+    trainer.processing_class.save_pretrained(str(out))
+    return trainer_log
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in ("dynamicrubric-harness", "trl", "transformers", "torch", "vllm"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found

@@ -1,0 +1,306 @@
+"""GRPO rewards for the DR-Generator and the DR-Policy, as TRL reward functions, on the judges' scoring path.
+
+TRL (1.16) calls a reward function as `f(prompts=..., completions=..., completion_ids=..., **columns)` with every
+dataset column repeated per completion, plus `trainer_state`, `log_metric` and `log_extra`; the `num_generations`
+completions of one prompt are consecutive, so the dataset row identifies the group. Both rewards are `async` (TRL
+gathers async reward functions on its own event loop), and every verification inside one call runs concurrently.
+A completion that cannot be scored (a rubric the parser rejects, a failed backend call, an unanswered verdict) gets
+`None`: TRL leaves it out of the group statistics and gives it advantage 0; it is counted, never made a 0.
+
+**Generator** (`GeneratorReward`): each completion is a rubric for its row's set (the current policy's K responses
+to the row's prompt). The frozen verifier answers every item on the set, giving `disc_reward` (the weighted
+Bernoulli variance of the item pass rates), and on the row's Nectar anchors (the same prompt's 7 responses in GPT-4's
+rank order), giving `anchor_reward` (the rank-discounted Bradley-Terry log-likelihood of the rubric's scores). The
+paper combines the two *at the advantage level*: `A = z(disc) + lambda * z(anchor)`, each `z` the group-standardised
+reward (TRL's formula: `(r - mean) / (std + 1e-4)`, sample std over the group's scorable members). This function
+returns that sum, which has mean 0 in every group; trained with TRL's `scale_rewards="none"` (what `training.grpo`
+sets), TRL's advantage `r - mean(r)` is then exactly the paper's. (TRL's own `multi_objective_aggregation=
+"normalize_then_sum"` standardises once more over the whole batch, a step the paper does not describe; the test
+`tests/training/test_rewards.py` shows what it changes.) `objective="disc"` / `"anchor"` are Table 3's ablations.
+
+**Policy** (`PolicyReward`): each group of completions for one prompt gets one rubric from the frozen generator,
+and each completion's rubric score is its reward: exactly the `dynamic-rubric` evaluator's `score_set` (the
+evaluators' protocol), so training and evaluation share one scoring path.
+
+Logged per call (one optimisation step's generation batch), through TRL's `log_metric` and in `stats`: each reward
+component's mean and std, the share of groups whose reward has zero spread, the share of saturated rubric items,
+the mean rubric size, the correlation of the reward with completion length (characters), the verifier's backend
+calls, the unscorable completions by cause, and the reward's wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from harness.backends.base import Backend
+from judges.rubric import Rubric, RubricParseError, aggregate, anchor_reward, disc_reward, parse_rubric, saturated_share
+from judges.verify import VerifyMode, verify
+
+Objective = Literal["both", "disc", "anchor"]
+_EPS = 1e-4
+"""TRL's epsilon in `(r - mean) / (std + 1e-4)`."""
+
+
+def completion_text(completion: Any) -> str:
+    """The text of one TRL completion: a string, or a conversational `[{"role": "assistant", "content": ...}]`."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
+
+
+def group_standardise(values: Sequence[float | None], group_size: int) -> list[float | None]:
+    """Each value's `(v - mean) / (std + 1e-4)` within its group of `group_size` consecutive values, as TRL's
+    GRPO computes it (mean and Bessel-corrected std over the group's non-None values). None stays None; a group
+    with fewer than two values gives its value 0 (TRL: a NaN std, advantage 0)."""
+    if group_size < 1 or len(values) % group_size:
+        raise ValueError(f"{len(values)} values do not split into groups of {group_size}")
+    out: list[float | None] = []
+    for start in range(0, len(values), group_size):
+        group = values[start:start + group_size]
+        found = np.array([v for v in group if v is not None], dtype=float)
+        if len(found) < 2:
+            out += [None if v is None else 0.0 for v in group]
+            continue
+        mean, std = found.mean(), found.std(ddof=1)
+        out += [None if v is None else float((v - mean) / (std + _EPS)) for v in group]
+    return out
+
+
+def _mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    found = [v for v in values if v is not None]
+    if not found:
+        return None, None
+    return float(np.mean(found)), float(np.std(found, ddof=1)) if len(found) > 1 else 0.0
+
+
+def zero_std_share(values: Sequence[float | None], group_size: int) -> float:
+    """Share of groups whose scorable values are all equal (or fewer than two): no learning signal."""
+    groups = [values[i:i + group_size] for i in range(0, len(values), group_size)]
+    flat = 0
+    for group in groups:
+        found = [v for v in group if v is not None]
+        flat += len(found) < 2 or max(found) - min(found) == 0
+    return flat / len(groups) if groups else 0.0
+
+
+def length_correlation(rewards: Sequence[float | None], lengths: Sequence[int]) -> float | None:
+    """Pearson correlation of the scorable rewards with their completions' lengths (None when undefined)."""
+    pairs = [(r, n) for r, n in zip(rewards, lengths) if r is not None]
+    if len(pairs) < 2:
+        return None
+    r, n = np.array(pairs, dtype=float).T
+    if r.std() == 0 or n.std() == 0:
+        return None
+    return float(np.corrcoef(r, n)[0, 1])
+
+
+@dataclass(slots=True)
+class RewardStats:
+    """What one reward call found (logged per step)."""
+
+    values: dict[str, float | None] = field(default_factory=dict)
+
+    def log(self, log_metric: Any) -> None:
+        if log_metric is None:
+            return
+        for name, value in self.values.items():
+            if value is not None and math.isfinite(value):
+                log_metric(name, value)
+
+
+class _Counted:
+    """A backend wrapper counting the requests it forwards (the verifier's calls of one reward call)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.requests = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    async def generate(self, requests):
+        self.requests += len(requests)
+        return await self.backend.generate(requests)
+
+    async def next_token_logprobs(self, requests, candidates):
+        self.requests += len(requests)
+        return await self.backend.next_token_logprobs(requests, candidates)
+
+
+@dataclass(frozen=True, slots=True)
+class RubricOutcome:
+    """One rubric completion's two rewards (None where it could not be scored) and why."""
+
+    disc: float | None
+    anchor: float | None
+    size: int = 0
+    saturated: float | None = None
+    failure: str | None = None
+    """`parse` (the rubric), `verify` (a verdict missing on the set or the anchors), or None."""
+
+
+class GeneratorReward:
+    """The DR-Generator's reward (see the module docstring).
+
+    Dataset columns it reads: `question` (the prompt), `responses` (the current policy's set) and `anchor` (the
+    prompt's Nectar responses, best first).
+
+    Args:
+        verifier: The frozen DR-Verifier.
+        group_size: TRL's `num_generations`.
+        lam: Weight of the anchor advantage (the paper's lambda, default 1).
+        objective: `both`, or Table 3's ablations `disc` / `anchor`.
+        mode: Verification mode (`logprob` and `batched` need far fewer calls than `per_item`).
+        verify_max_tokens: Token budget per verdict (`per_item`; a sheet gets it per item).
+        structured: Constrain the verifier's answers where the backend can.
+    """
+
+    __name__ = "dr_generator"
+
+    def __init__(self, verifier: Backend, *, group_size: int, lam: float = 1.0, objective: Objective = "both",
+                 mode: VerifyMode = "logprob", verify_max_tokens: int = 16, structured: bool = True) -> None:
+        if objective not in ("both", "disc", "anchor"):
+            raise ValueError(f"objective must be both, disc or anchor, got {objective!r}")
+        self.verifier = verifier
+        self.group_size = group_size
+        self.lam = lam
+        self.objective = objective
+        self.mode = mode
+        self.verify_max_tokens = verify_max_tokens
+        self.structured = structured
+        self.history: list[dict[str, float | None]] = []
+        """The stats of every call, in order (what was logged)."""
+        self.calls: list[dict[str, Any]] = []
+        """Every call's completions, outcomes and rewards, in order (in memory only: for audits and tests)."""
+
+    async def score(self, text: str, question: str, responses: Sequence[str], anchor: Sequence[str],
+                    verifier: Backend) -> RubricOutcome:
+        """Both rewards of one rubric text."""
+        try:
+            rubric: Rubric = parse_rubric(text)
+        except RubricParseError:
+            return RubricOutcome(None, None, failure="parse")
+        on_set, on_anchor = await asyncio.gather(
+            verify(verifier, question, responses, rubric, mode=self.mode, max_tokens=self.verify_max_tokens,
+                   structured=self.structured),
+            verify(verifier, question, anchor, rubric, mode=self.mode, max_tokens=self.verify_max_tokens,
+                   structured=self.structured),
+        )
+        if any(v is None for row in on_set.verdicts + on_anchor.verdicts for v in row):
+            return RubricOutcome(None, None, len(rubric), failure="verify")
+        set_verdicts = np.array(on_set.verdicts, dtype=float)
+        scores = aggregate(rubric.weights, np.array(on_anchor.verdicts, dtype=float))
+        return RubricOutcome(disc_reward(rubric.weights, set_verdicts), anchor_reward(scores), len(rubric),
+                             saturated_share(set_verdicts))
+
+    def combine(self, outcomes: Sequence[RubricOutcome]) -> list[float | None]:
+        """The advantage-level combination `z(disc) + lam * z(anchor)` per group (or one of them alone)."""
+        both = [o.disc is not None and o.anchor is not None for o in outcomes]
+        disc = group_standardise([o.disc if ok else None for o, ok in zip(outcomes, both)], self.group_size)
+        anchor = group_standardise([o.anchor if ok else None for o, ok in zip(outcomes, both)], self.group_size)
+        w_disc = 0.0 if self.objective == "anchor" else 1.0
+        w_anchor = 0.0 if self.objective == "disc" else self.lam
+        return [None if d is None or a is None else w_disc * d + w_anchor * a for d, a in zip(disc, anchor)]
+
+    async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, question: Sequence[str],
+                       responses: Sequence[Sequence[str]], anchor: Sequence[Sequence[str]],
+                       log_metric: Any = None, **_: Any) -> list[float | None]:
+        started = time.perf_counter()
+        verifier = _Counted(self.verifier)
+        texts = [completion_text(c) for c in completions]
+        outcomes = await asyncio.gather(*(
+            self.score(t, q, r, a, verifier) for t, q, r, a in zip(texts, question, responses, anchor)))
+        rewards = self.combine(outcomes)
+        self.calls.append({"texts": texts, "question": list(question), "responses": [list(r) for r in responses],
+                           "anchor": [list(a) for a in anchor], "outcomes": list(outcomes), "rewards": rewards})
+        stats = _stats(rewards, [len(t) for t in texts], self.group_size, verifier.requests, started,
+                       [o.size for o in outcomes if o.size], [o.saturated for o in outcomes],
+                       [o.failure for o in outcomes])
+        for name in ("disc", "anchor"):
+            mean, std = _mean_std([getattr(o, name) for o in outcomes])
+            stats[f"{name}_mean"], stats[f"{name}_std"] = mean, std
+        self.history.append(stats)
+        RewardStats({f"dr/{k}": v for k, v in stats.items()}).log(log_metric)
+        return rewards
+
+
+class PolicyReward:
+    """The DR-Policy's reward: one rubric per group from the frozen generator, each completion's rubric score
+    (the `dynamic-rubric` evaluator's `score_set`; see the module docstring).
+
+    Dataset columns it reads: `question` (the prompt as the generator and the verifier see it) and `row` (the
+    row's id, which with the step seeds the group's rubric).
+
+    Args:
+        evaluator: A `judges.dynamic.RubricEvaluator` (frozen generator and verifier).
+        group_size: TRL's `num_generations`.
+        seed: Run seed (each group's rubric seed derives from it, the row and the call).
+    """
+
+    __name__ = "dr_policy"
+
+    def __init__(self, evaluator: Any, *, group_size: int, seed: int = 0) -> None:
+        self.evaluator = evaluator
+        self.group_size = group_size
+        self.seed = seed
+        self.history: list[dict[str, float | None]] = []
+        self.calls: list[dict[str, Any]] = []
+        """Every call's completions, rubric traces and rewards, in order (in memory only)."""
+
+    async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, question: Sequence[str],
+                       row: Sequence[str], log_metric: Any = None, **_: Any) -> list[float | None]:
+        from harness.seeds import derive_seed
+
+        started = time.perf_counter()
+        texts = [completion_text(c) for c in completions]
+        g = self.group_size
+        starts = range(0, len(texts), g)
+        step = len(self.calls)
+        results = await asyncio.gather(*(
+            self.evaluator.score_set(question[s], texts[s:s + g], seed=derive_seed(self.seed, row[s], step))
+            for s in starts))
+        rewards: list[float | None] = [score for result in results for score in result.scores]
+        self.calls.append({"texts": texts, "question": list(question), "traces": [r.trace for r in results],
+                           "rewards": rewards})
+        traces = [r.trace for r in results]
+        failures = []
+        for result in results:
+            stages = {f.stage for f in result.trace.failures}
+            cause = "parse" if "generate_rubric" in stages else "verify" if stages else None
+            failures += [cause if s is None else None for s in result.scores]
+        stats = _stats(rewards, [len(t) for t in texts], g, sum(t.calls for t in traces), started,
+                       [len(t.rubric) for t in traces if t.rubric], [t.saturated_share for t in traces], failures)
+        self.history.append(stats)
+        RewardStats({f"dr/{k}": v for k, v in stats.items()}).log(log_metric)
+        return rewards
+
+
+def _stats(rewards: Sequence[float | None], lengths: Sequence[int], group_size: int, calls: int, started: float,
+           sizes: Sequence[int], saturated: Sequence[float | None], failures: Sequence[str | None]
+           ) -> dict[str, float | None]:
+    mean, std = _mean_std(rewards)
+    found_saturated = [s for s in saturated if s is not None]
+    return {
+        "reward_mean": mean,
+        "reward_std": std,
+        "zero_std_groups": zero_std_share(rewards, group_size),
+        "saturated_items": float(np.mean(found_saturated)) if found_saturated else None,
+        "rubric_size": float(np.mean(sizes)) if sizes else None,
+        "length_corr": length_correlation(rewards, lengths),
+        "verifier_calls": float(calls),
+        "unscored_parse": float(sum(f == "parse" for f in failures)),
+        "unscored_verify": float(sum(f == "verify" for f in failures)),
+        "reward_seconds": time.perf_counter() - started,
+    }
+
+
+def reward_columns(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns a reward reads from one dataset row (for callers that score outside TRL)."""
+    return {k: row[k] for k in ("question", "responses", "anchor", "row") if k in row}
