@@ -30,7 +30,7 @@ B.2, policy prompts:
 - `duplicate`: each rendered prompt once (the first row wins).
 
 Response sets for the generator are sampled from the current policy (`sample_sets`) with the harness's own
-generation (`harness.commands.generate`, any backend, cached and resumable) and stored with the policy's identity.
+generation (`harness.generation`, any backend, cached and resumable) and stored with the policy's identity.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ reward (the verifier; for the policy also the generator), the data (Nectar, filt
 
 1. reads and filters the Nectar rows (the per-rule drop counts are logged and kept in the manifest);
 2. generator: samples each kept row's response set from the current policy with the harness's own generation
-   (`harness.commands.generate`: any backend, cached, resumable; `sets.jsonl` in the output dir is bound to the
+   (`harness.generation`: any backend, cached, resumable; `sets.jsonl` in the output dir is bound to the
    policy's identity), and builds the DR-Generator's prompt over it (`judges.dynamic.dynamic_generator_prompt`,
    responses in a seeded order);
 3. trains with `trl.GRPOTrainer` and the reward of `training.rewards` (`scale_rewards="none"`: the generator's
@@ -190,8 +190,7 @@ def sample_sets(rows: list[NectarRow], sampling: SetSampling, out: Path, pool: A
     cached, bound to the policy's identity); rows with a failed sample are left out. Returns (rows, sets, the
     policy's identity)."""
     from harness.backends.base import user_chat
-    from harness.commands.generate import GenerateConfig, run_generate
-    from harness.commands.prompts import PromptRecord
+    from harness.generation import GenerateConfig, PromptRecord, run_generate
     from harness.records import GenerationRecord
     from harness.runstore import RecordLog
 

@@ -216,7 +216,7 @@ def generate(
     """
     from harness.cache import CallCache
     from harness.errors import ConfigError
-    from harness.commands.generate import GenerateConfig, run_generate
+    from harness.generation import GenerateConfig, run_generate
     from harness.pool import BackendPool
     from harness.commands.prompts import benchmark_prompts, read_prompts_file
 

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backends.base import Message
 from harness.errors import ConfigError
+from harness.generation import PromptRecord
 from harness.jsonl import read_jsonl
 
 _ROLES = {"system", "user", "assistant"}
-
-
-@dataclass(frozen=True, slots=True)
-class PromptRecord:
-    """One prompt to answer."""
-
-    id: str
-    """Unique id within the set (output lines are keyed by it)."""
-    messages: tuple[Message, ...]
-    """The chat the model continues."""
 
 
 def _messages_from(obj: dict, where: str) -> tuple[Message, ...]:

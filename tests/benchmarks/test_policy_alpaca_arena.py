@@ -12,7 +12,8 @@ from benchmarks.alpaca_eval2 import ALPACA_EVAL2
 from benchmarks.arena_hard import ARENA_HARD_V2, load_arena_hard
 from benchmarks.base import PolicyBenchmark, PolicyItem
 from harness.backends.base import Message
-from harness.commands.prompts import PromptRecord, benchmark_prompts
+from harness.commands.prompts import benchmark_prompts
+from harness.generation import PromptRecord
 from harness.errors import ConfigError
 from harness.registry import lookup
 

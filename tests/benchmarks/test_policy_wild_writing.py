@@ -10,7 +10,8 @@ import benchmarks.wildbench as wb
 import benchmarks.writingbench as wr
 from benchmarks.base import PolicyBenchmark
 from harness.backends.base import Message
-from harness.commands.prompts import PromptRecord, benchmark_prompts
+from harness.commands.prompts import benchmark_prompts
+from harness.generation import PromptRecord
 from harness.errors import ConfigError
 from harness.registry import lookup
 

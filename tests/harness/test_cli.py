@@ -39,10 +39,10 @@ def test_help_imports_no_heavy_library():
         assert verb in proc.stdout
 
 
-def test_unfinished_verbs_do_not_pretend():
+def test_train_without_a_config_says_what_it_needs():
     proc = harness("train", "generator")
-    assert proc.returncode != 0
-    assert "not implemented yet" in proc.stderr
+    assert proc.returncode == 2
+    assert "--config" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

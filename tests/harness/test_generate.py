@@ -6,8 +6,7 @@ from fakes import ScriptedBackend
 
 from harness.backends.base import user_chat
 from harness.cache import CachedBackend, CallCache
-from harness.commands.generate import GenerateConfig, run_generate
-from harness.commands.prompts import PromptRecord
+from harness.generation import GenerateConfig, PromptRecord, run_generate
 
 
 def _prompts(*texts: str) -> list[PromptRecord]:

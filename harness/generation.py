@@ -1,4 +1,5 @@
-"""`harness generate`: sample policy responses for a prompt set, one output line per (prompt id, sample index).
+"""Sampling a model's answers to a prompt set, one output line per (prompt id, sample index): `harness generate`
+and the training's response sets both write through it.
 
 Each prompt is one unit of the evaluation loop (`harness.loop`): one request with `n` samples whose seed derives
 from the run seed and the prompt id, and `n` `GenerationRecord` lines. The output is bound to its settings (the
@@ -15,12 +16,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.backends.base import Backend, GenerateRequest, SamplingParams, chat_to_json
+from harness.backends.base import Backend, GenerateRequest, Message, SamplingParams, chat_to_json
 from harness.loop import LoopSummary, Unit, write_output
-from harness.commands.prompts import PromptRecord
 from harness.records import GenerationRecord
 from harness.runstore import OutputPaths
 from harness.seeds import derive_seed
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRecord:
+    """One prompt to answer."""
+
+    id: str
+    """Unique id within the set (output lines are keyed by it)."""
+    messages: tuple[Message, ...]
+    """The chat the model continues."""
 
 
 @dataclass(frozen=True, slots=True)
