@@ -181,15 +181,21 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
             ready.unavailable[f"benchmark {name}"] = str(exc)
     if plan.policy:
         return _prepare_policies(plan, pool, ready)
+    return _build_rows(plan, ready, ready.evaluators, "evaluator", lambda spec: load_evaluator(spec, pool))
+
+
+def _build_rows(plan: RunPlan, ready: Prepared, into: dict[str, Any], what: str, build: Any) -> Prepared:
+    """Build every distinct row spec into `into` (`what`: evaluator or policy), or, with `skip_unavailable`,
+    list those that cannot be built; a plan left with no row or no benchmark is an error."""
     for spec in dict.fromkeys(plan.rows.values()):
         try:
-            ready.evaluators[spec] = load_evaluator(spec, pool)
+            into[spec] = build(spec)
         except HarnessError as exc:
             if not plan.skip_unavailable:
-                raise ConfigError(f"evaluator {spec!r} cannot be built: {exc}") from None
-            ready.unavailable[f"evaluator {spec}"] = str(exc)
-    if not ready.items or not ready.evaluators:
-        missing = "benchmark" if not ready.items else "evaluator"
+                raise ConfigError(f"{what} {spec!r} cannot be built: {exc}") from None
+            ready.unavailable[f"{what} {spec}"] = str(exc)
+    if not ready.items or not into:
+        missing = "benchmark" if not ready.items else what
         reasons = "; ".join(f"{k}: {v}" for k, v in ready.unavailable.items())
         raise ConfigError(f"no {missing} could be loaded, nothing to run ({reasons})")
     return ready
@@ -209,39 +215,12 @@ def _prepare_policies(plan: RunPlan, pool: Any, ready: Prepared) -> Prepared:
         raise ConfigError(f"judge {plan.judge.model!r} cannot be built: {exc}") from None
     for bench in ready.items:
         ready.judges[bench] = build_judge(bench, ready.judge_backend, plan.judge.settings.get(bench))
-    for spec in dict.fromkeys(plan.rows.values()):
-        try:
-            ready.policies[spec] = pool.get(spec)
-        except HarnessError as exc:
-            if not plan.skip_unavailable:
-                raise ConfigError(f"policy {spec!r} cannot be built: {exc}") from None
-            ready.unavailable[f"policy {spec}"] = str(exc)
-    if not ready.items or not ready.policies:
-        missing = "benchmark" if not ready.items else "policy"
-        reasons = "; ".join(f"{k}: {v}" for k, v in ready.unavailable.items())
-        raise ConfigError(f"no {missing} could be loaded, nothing to run ({reasons})")
-    return ready
+    return _build_rows(plan, ready, ready.policies, "policy", pool.get)
 
 
 def settings(plan: RunPlan, ready: Prepared, pool: Any) -> dict[str, Any]:
     """What the run directory is bound to (policy tables: also the judge and the generation settings)."""
-    models = pool.identities()
-    if plan.policy:
-        return {
-            "table": plan.table,
-            "rows": plan.rows,
-            "benchmarks": list(plan.benchmarks),
-            "limit": plan.limit,
-            "seeds": plan.seeds,
-            "seed": plan.seed,
-            "data": {name: fingerprint(items) for name, items in ready.items.items()},
-            "models": models,
-            "judge": plan.judge.to_json(),  # type: ignore[union-attr]
-            "judge_settings": {b: dict(j.settings) for b, j in sorted(ready.judges.items())},
-            "generation": asdict(plan.generation),
-            "bench_options": {b: dict(v) for b, v in sorted(plan.bench_options.items())},
-        }
-    return {
+    bound = {
         "table": plan.table,
         "rows": plan.rows,
         "benchmarks": list(plan.benchmarks),
@@ -249,8 +228,16 @@ def settings(plan: RunPlan, ready: Prepared, pool: Any) -> dict[str, Any]:
         "seeds": plan.seeds,
         "seed": plan.seed,
         "data": {name: fingerprint(items) for name, items in ready.items.items()},
-        "models": models,
+        "models": pool.identities(),
     }
+    if plan.policy:
+        bound.update({
+            "judge": plan.judge.to_json(),  # type: ignore[union-attr]
+            "judge_settings": {b: dict(j.settings) for b, j in sorted(ready.judges.items())},
+            "generation": asdict(plan.generation),
+            "bench_options": {b: dict(v) for b, v in sorted(plan.bench_options.items())},
+        })
+    return bound
 
 
 def units(plan: RunPlan, ready: Prepared) -> list[Unit[tuple[str, str, Any, int]]]:
