@@ -16,6 +16,8 @@ _MODULES = (
     "benchmarks.arena_hard",
     "benchmarks.wildbench",
     "benchmarks.writingbench",
+    "benchmarks.math500",
+    "benchmarks.mmlu_pro",
 )
 
 

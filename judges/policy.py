@@ -1,5 +1,8 @@
 """Policy judging: one policy answer to one benchmark item -> the judge's judgment -> one policy record.
 
+(A verifiable benchmark's "judge" is a deterministic checker: it asks no model, and a table of such benchmarks
+has no judge model at all.)
+
 A policy table's cell is (policy row, benchmark). For every item and repeat the policy answers the item's
 `messages` (a seed derived from the run seed, the benchmark, the item and the repeat), the reasoning is taken
 out of the text the judge sees (`strip_thinking`; the raw answer stays in the record), and the benchmark's
@@ -11,6 +14,8 @@ judging protocol judges it with the table's judge model. The record (`harness.re
     arena_hard_v2  `judges.arena_hard_judge.ArenaHardJudge` (the policy's points in game 1, in game 2)
     wildbench      `judges.wildbench.WildBenchJudge`        (the 1-10 score,)
     writingbench   `judges.writingbench.WritingBenchJudge`  (one 1-10 score per criterion, in criteria order)
+    math500        `judges.math_check.MathChecker`          (1.0 verified, 0.0 not, None: the check timed out)
+    mmlu_pro       `judges.mmlu_pro.MMLUProChecker`         (1.0 the extracted letter is the gold one, else 0.0)
 
 and, in `trace`: `answer` (`raw`, and `judged` where the judged text differs), `judge` (the judge's model
 spec, identity and settings), `judgment` (the judge's own record: raw answers, re-asks, verdict labels),
@@ -32,7 +37,7 @@ from benchmarks.base import PolicyItem
 from harness.backends.base import Backend
 from harness.errors import ConfigError, Failure
 
-JUDGED_BENCHMARKS = ("alpaca_eval2", "arena_hard_v2", "wildbench", "writingbench")
+JUDGED_BENCHMARKS = ("alpaca_eval2", "arena_hard_v2", "wildbench", "writingbench", "math500", "mmlu_pro")
 _OPEN, _CLOSE = "<think>", "</think>"
 _BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
@@ -83,6 +88,14 @@ def _judge_class(benchmark: str) -> type:
         from judges.writingbench import WritingBenchJudge
 
         return WritingBenchJudge
+    if benchmark == "math500":
+        from judges.math_check import MathChecker
+
+        return MathChecker
+    if benchmark == "mmlu_pro":
+        from judges.mmlu_pro import MMLUProChecker
+
+        return MMLUProChecker
     raise ConfigError(f"benchmark {benchmark!r} has no judging protocol; judged: {', '.join(JUDGED_BENCHMARKS)}")
 
 
@@ -162,8 +175,25 @@ def _writingbench(item: PolicyItem, text: str, j: Any) -> Judged:
     return Judged(scores, meta, {"judgment": j.to_json(), "criteria": names}, failures)
 
 
+def _math(item: PolicyItem, text: str, j: Any) -> Judged:
+    del text
+    score = None if j.verified is None else float(j.verified)
+    meta = {"subject": str(item.meta.get("subject", "")), "level": str(item.meta.get("level", ""))}
+    trace = {"judgment": {"verified": j.verified, "gold_parsed": j.gold_parsed, "answer_parsed": j.answer_parsed}}
+    failures = (("check", j.failure),) if j.failure is not None else ()
+    return Judged((score,), meta, trace, failures)
+
+
+def _letter(item: PolicyItem, text: str, j: Any) -> Judged:
+    del text
+    meta = {"category": str(item.meta.get("category", ""))}
+    trace = {"judgment": {"letter": j.letter, "gold": item.meta["answer"], "unextracted": j.letter is None,
+                          "guessed": j.guessed}}
+    return Judged((float(j.correct),), meta, trace)
+
+
 _READERS = {"alpaca_eval2": _alpaca, "arena_hard_v2": _arena, "wildbench": _wildbench,
-            "writingbench": _writingbench}
+            "writingbench": _writingbench, "math500": _math, "mmlu_pro": _letter}
 
 
 def failure_entries(stage_failures: Sequence[tuple[str, Failure]]) -> list[dict[str, Any]]:

@@ -63,6 +63,21 @@ POLICY_CONVENTIONS = (
 )
 
 
+VERIFIABLE_CONVENTIONS = (
+    "Each policy answers each problem once per repeat (sampled; the checked text without <think> blocks); a "
+    "deterministic checker scores it (no judge model): 1 for a verified answer, 0 otherwise, a check that timed "
+    "out counted as failed and wrong. Values are AVG@k over repeats, in percent."
+)
+
+
+def _conventions(spec: TableSpec) -> str:
+    if spec.kind != "policy":
+        return CONVENTIONS
+    if spec.setups and all(s.judge is None for s in spec.setups.values()):
+        return VERIFIABLE_CONVENTIONS
+    return POLICY_CONVENTIONS
+
+
 def _header(spec: TableSpec) -> list[str]:
     return ["Policy" if spec.kind == "policy" else "Evaluator"] + [spec.header(c) for c in spec.columns]
 
@@ -95,7 +110,7 @@ def render_markdown(spec: TableSpec, results: Mapping[str, Any], notes: list[str
                 f"{cell['n'] * cell['repeats']} ({cell['n_failed']} failed), ties {cell['tie_rate']:.0%}" if cell else "-"
             )
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
-    lines += ["", POLICY_CONVENTIONS if spec.kind == "policy" else CONVENTIONS, ""]
+    lines += ["", _conventions(spec), ""]
     lines += [f"- {spec.header(c)}: {c.declared().description}" for c in spec.columns]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"

@@ -34,7 +34,11 @@ def _policy_notes(manifest: dict[str, Any], results: dict[str, Any]) -> list[str
         return []
     options = ", ".join(f"{k}={v}" for k, v in judge.get("options", {}).items())
     identity = ", ".join(f"{k}={v}" for k, v in judge.get("identity", {}).items())
-    notes = [f"judge: {judge['model']}" + (f" ({options})" if options else "") + (f"; {identity}" if identity else "")]
+    if judge.get("model") is None:
+        notes = ["judge: none (deterministic checkers)"]
+    else:
+        notes = [f"judge: {judge['model']}" + (f" ({options})" if options else "")
+                 + (f"; {identity}" if identity else "")]
     notes += [f"judge settings, {b}: " + ", ".join(f"{k}={v}" for k, v in s.items())
               for b, s in judge.get("settings", {}).items()]
     gen = manifest.get("generation") or {}
@@ -95,4 +99,8 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
     write_text_atomic(run_dir / "table.md", render_markdown(spec, results, notes))
     write_text_atomic(run_dir / "table.tex", render_latex(spec, results))
     write_text_atomic(run_dir / "table.csv", render_csv(spec, results))
+    if spec.figure:
+        from reports.figure import render_figure
+
+        render_figure(spec, results, run_dir)
     return payload

@@ -378,6 +378,8 @@ def _with_cli_judge(cfg, spec, *, judge: str | None, base_url: str | None, api_k
     current = cfg.judge if isinstance(cfg.judge, JudgeConfig) else JudgeConfig(model=cfg.judge) if cfg.judge else None
     if judge is not None and (current is None or judge != current.model):
         current = JudgeConfig(model=judge)  # another judge: the config's options were for the one it named
+    if spec.setups[cfg.preset].judge is None:
+        raise ConfigError(f"{spec.name}'s tasks are checked without a judge model; --judge does not apply")
     if current is None:
         current = JudgeConfig(model=spec.setups[cfg.preset].judge, **spec.setups[cfg.preset].judge_options)
     return cfg.model_copy(update={"judge": JudgeConfig(**{**current.model_dump(), **given})})

@@ -19,6 +19,7 @@ call cache, so a judge failure retried on rerun costs no new policy call.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -55,8 +56,8 @@ class Generation:
 class JudgeSpec:
     """A policy table's judge: its model, the backend options it needs of its own, its settings per benchmark."""
 
-    model: str
-    """Model spec (`openai:gpt-4.1`)."""
+    model: str | None
+    """Model spec (`openai:gpt-4.1`); None for a table of verifiable tasks, checked without a model."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """`BackendOptions` fields for the judge alone (`base_url`, `api_key_env`, `concurrency`, ...)."""
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -210,7 +211,8 @@ def _prepare_policies(plan: RunPlan, pool: Any, ready: Prepared) -> Prepared:
         raise ConfigError(f"judge_settings names {', '.join(unknown)}, which no judge reads; judged: "
                           f"{', '.join(JUDGED_BENCHMARKS)}")
     try:
-        ready.judge_backend = pool.get(plan.judge.model, overrides=plan.judge.options)
+        if plan.judge.model is not None:
+            ready.judge_backend = pool.get(plan.judge.model, overrides=plan.judge.options)
     except HarnessError as exc:
         raise ConfigError(f"judge {plan.judge.model!r} cannot be built: {exc}") from None
     for bench in ready.items:
@@ -281,25 +283,31 @@ async def run_plan(
         "evaluator_settings": {spec: dict(ev.settings) for spec, ev in ready.evaluators.items()},
     }
     if plan.policy:
-        extra["judge"] = {**plan.judge.to_json(), "identity": ready.judge_backend.identity(),  # type: ignore[union-attr]
+        identity = ready.judge_backend.identity() if ready.judge_backend is not None else {}
+        extra["judge"] = {**plan.judge.to_json(), "identity": identity,  # type: ignore[union-attr]
                           "settings": {b: dict(j.settings) for b, j in sorted(ready.judges.items())}}
         extra["generation"] = asdict(plan.generation)
-    return await write_output(
-        OutputPaths.run_dir(out_dir),
-        EvalRecord,
-        command=command,
-        settings=settings(plan, ready, pool),
-        config=dict(config or {}),
-        extra=extra,
-        units=units(plan, ready),
-        work=make_policy_work(plan, ready) if plan.policy else make_work(plan, ready),
-        parallel=parallel,
-        noun="answers" if plan.policy else "sets",
-        counters=pool,
-        overwrite=overwrite,
-        wait=wait,
-        retry_failed=retry_failed,
-    )
+    try:
+        return await write_output(
+            OutputPaths.run_dir(out_dir),
+            EvalRecord,
+            command=command,
+            settings=settings(plan, ready, pool),
+            config=dict(config or {}),
+            extra=extra,
+            units=units(plan, ready),
+            work=make_policy_work(plan, ready) if plan.policy else make_work(plan, ready),
+            parallel=parallel,
+            noun="answers" if plan.policy else "sets",
+            counters=pool,
+            overwrite=overwrite,
+            wait=wait,
+            retry_failed=retry_failed,
+        )
+    finally:
+        for judge in ready.judges.values():  # checkers hold worker processes
+            if hasattr(judge, "close"):
+                judge.close()
 
 
 def make_work(plan: RunPlan, ready: Prepared):
@@ -333,15 +341,21 @@ def make_policy_work(plan: RunPlan, ready: Prepared):
     answer, judged (`judges.policy`), as one `EvalRecord` of kind `policy`."""
     from judges.policy import failure_entries, read_judgment, strip_thinking
 
+    from harness.registry import lookup
+
     judge_model = plan.judge.model  # type: ignore[union-attr]
-    identity = ready.judge_backend.identity()
+    identity = ready.judge_backend.identity() if ready.judge_backend is not None else {}
+    # A benchmark may add stop strings of its own (MMLU-Pro's `Question:`) to the table's.
+    stops = {b: tuple(dict.fromkeys((*plan.generation.stop, *getattr(lookup("benchmark", b), "stop", ()))))
+             for b in ready.items}
 
     async def work(unit: tuple[str, str, Any, int]) -> list[EvalRecord]:
         spec, bench, item, repeat = unit
         seed = derive_seed(plan.seed, bench, item.id, repeat)
         judge = ready.judges[bench]
         judge_info = {"model": judge_model, "identity": identity, "settings": dict(judge.settings)}
-        [completion] = await ready.policies[spec].generate([GenerateRequest(item.messages, plan.generation.params(seed))])
+        params = dataclasses.replace(plan.generation.params(seed), stop=stops[bench])
+        [completion] = await ready.policies[spec].generate([GenerateRequest(item.messages, params)])
 
         def record(scores: tuple, meta: dict, trace: dict) -> list[EvalRecord]:
             return [EvalRecord(evaluator=spec, benchmark=bench, item=item.id, repeat=repeat, seed=seed, kind="policy",

@@ -1,0 +1,109 @@
+"""MATH-500: the loader on the local file, math-verify's checks (gold self-check 500/500, corrupted answers fail,
+a pathological expression times out as a counted failure without hanging), and `harness run fig3` (MATH-500 and
+MMLU-Pro) end to end with a loopback policy: table, CSV and the figure as PNG and PDF."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.math500 import PROMPT_SUFFIX, Math500
+from harness.errors import ConfigError
+
+pytest.importorskip("math_verify", reason="the verifiable extra (math-verify) is not installed")
+
+
+@pytest.fixture(scope="module")
+def items(shared_data: Path):
+    return Math500().load(data_dir=shared_data)
+
+
+def test_the_local_file_gives_the_500_problems(items, shared_data: Path, tmp_path: Path):
+    assert len(items) == 500 and len({i.id for i in items}) == 500
+    first = items[0]
+    assert first.id == "math500:test/precalculus/807.json"
+    assert first.meta["answer"] == "\\left( 3, \\frac{\\pi}{2} \\right)"
+    assert first.messages[0].content.endswith(PROMPT_SUFFIX)
+    assert Math500().load(data_dir=shared_data, limit=3) == items[:3]
+    (tmp_path / "math500").mkdir()
+    (tmp_path / "math500" / "test.jsonl").write_text(json.dumps({"problem": "1+1?", "answer": ""}) + "\n")
+    with pytest.raises(ConfigError, match="missing field"):
+        Math500().load(data_dir=tmp_path)
+
+
+def test_math_verify_self_check_corruption_and_a_timeout(items):
+    from judges.math_check import MathChecker
+
+    checker = MathChecker(timeout_s=20, workers=2)
+    try:
+        found = [checker.check(i.meta["answer"], f"So the answer is $\\boxed{{{i.meta['answer']}}}$.") for i in items]
+        assert sum(ok is True for ok, *_ in found) == 500
+        corrupted = [checker.check(i.meta["answer"], f"$\\boxed{{{i.meta['answer']} + 1}}$")[0] for i in items[:40]]
+        assert sum(ok is True for ok in corrupted) == 0
+        assert checker.check("3", "I am not sure.")[0] is False  # no answer at all: wrong, not a failure
+    finally:
+        checker.close()
+    quick = MathChecker(timeout_s=2, workers=1)
+    try:
+        start = time.perf_counter()
+        ok, _, _, failure = quick.check("1", "$\\boxed{9^{9^{9^{9^{9}}}}!}$")
+        assert ok is None and failure is not None and failure.message.startswith("timeout:")
+        assert time.perf_counter() - start < 10
+        assert quick.check("2", "$\\boxed{2}$")[0] is True  # a fresh pool carries on
+    finally:
+        quick.close()
+
+
+def test_fig3_runs_a_loopback_policy_and_draws_the_figure(tmp_path: Path, shared_data: Path, items):
+    from harness.loopback import chat_completion, json_response, serve_in_thread
+
+    from benchmarks.mmlu_pro import MMLUPro
+
+    answers = {i.messages[0].content: i.meta["answer"] for i in items[:4]}
+    letters = {i.messages[0].content: i.meta["answer"] for i in MMLUPro().load(data_dir=shared_data, limit=4, shots=0)}
+    stops = []
+
+    async def policy(request):
+        if request.path.endswith("/models"):
+            return json_response({"object": "list", "data": []})
+        body = request.json()
+        text = body["messages"][-1]["content"]
+        if text in letters:  # MMLU-Pro: right on the first and third question
+            stops.append(body.get("stop"))
+            gold = letters[text]
+            shown = gold if sorted(letters).index(text) % 2 == 0 else "ABCDEFGHIJ"[("ABCDEFGHIJ".index(gold) + 1) % 3]
+            return json_response(chat_completion([f"<think>the answer is ({gold})</think>So the answer is ({shown})."]))
+        answer = answers.get(text)
+        right = answer is not None and sorted(answers).index(text) % 2 == 0
+        shown = answer if right else "0"
+        return json_response(chat_completion([f"<think>\\boxed{{{answer}}}</think>The answer is $\\boxed{{{shown}}}$."]))
+
+    config = tmp_path / "fig3.yaml"
+    with serve_in_thread(policy) as url:
+        config.write_text("only_rows: ['Native Qwen3-8B']\nrows: {'Native Qwen3-8B': 'openai:policy'}\n"
+                          "bench_options: {mmlu_pro: {shots: 0}}\n"  # the local data has no validation split
+                          f"backend: {{base_url: '{url}'}}\n")
+        done = subprocess.run([sys.executable, "-m", "harness", "run", "fig3", "--config", str(config), "--limit", "4",
+                               "--seeds", "2", "--data-dir", str(shared_data), "--out", str(tmp_path / "run")],
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = tmp_path / "run"
+    cells = json.loads((out / "results.json").read_text())["results"]["Native Qwen3-8B"]["benchmarks"]
+    # Half the problems answered right in both repeats; the thinking (which holds the gold) is never checked.
+    assert cells["math500"]["acc"]["value"] == pytest.approx(0.5) and cells["math500"]["acc"]["repeats"] == 2
+    assert cells["mmlu_pro"]["acc"]["value"] == pytest.approx(0.5)
+    assert sum(cells["mmlu_pro"]["details"]["acc"][0]["per_category_n"].values()) == 4
+    assert stops and all("Question:" in s for s in stops)  # MMLU-Pro's stop string reaches the request
+    assert "| Native Qwen3-8B | **50.0** | **50.0** |" in (out / "table.md").read_text()
+    assert "judge: none (deterministic checkers)" in (out / "table.md").read_text()
+    png, pdf = (out / "figure.png").read_bytes(), (out / "figure.pdf").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000 and pdf.startswith(b"%PDF")
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(out / "figure.png")
+    assert pixels.std() > 0.01  # not a blank image
