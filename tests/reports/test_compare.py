@@ -296,15 +296,15 @@ def test_real_cpu_preset_runs_rerun_from_the_cache_and_gate(tmp_path: Path, shar
 
     def run(out: str, evaluator: str = spec) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "harness", "eval", "--evaluator", evaluator, "--benchmark",
-                               "judgebench", "--label", "Skywork-27B", "--limit", "6", "--data-dir",
+                               "judgebench", "--label", "Skywork-27B", "--limit", "3", "--data-dir",
                                str(shared_data), "--out", str(tmp_path / out)],
                               env=env, capture_output=True, text=True, timeout=600)
 
     first, second = run("base"), run("cand")
     assert first.returncode == 0, first.stderr
-    assert "backend calls: 12, cache hits: 0" in first.stdout  # two responses per pair
-    assert second.returncode == 0 and "backend calls: 0, cache hits: 12" in second.stdout
+    assert "backend calls: 6, cache hits: 0" in first.stdout  # two responses per pair
+    assert second.returncode == 0 and "backend calls: 0, cache hits: 6" in second.stdout
     gate = _cli(str(tmp_path / "base"), str(tmp_path / "cand"))
     assert gate.returncode == 0, gate.stderr
     (cell,) = json.loads((tmp_path / "cand" / "compare.json").read_text())["cells"]
-    assert cell["diff"] == 0.0 and cell["n_items"] == 6
+    assert cell["diff"] == 0.0 and cell["n_items"] == 3
