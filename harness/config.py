@@ -93,6 +93,27 @@ def backend_options(values: dict[str, Any], *, where: str):
         raise ConfigError(f"{where}: {problems}") from None
 
 
+def load_config_file(path: Path, model: type[BaseModel], *, what: str,
+                     overrides: dict[str, Any] | None = None) -> Any:
+    """A YAML file's settings as `model`, with the non-None `overrides` on top (`what`: how errors name it).
+
+    Raises:
+        ConfigError: naming the file and the offending keys.
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the {what} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a {what} is a mapping of settings")
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return model(**data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path}: {problems}") from None
+
+
 def load_run_config(path: Path | None, overrides: dict[str, Any]) -> RunConfig:
     """The YAML file's settings (if any) with the CLI's non-None `overrides` on top.
 

@@ -19,10 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import ConfigError
 from training.grpo import DataConfig, GRPOSettings, SetSampling, TrainConfig, train
 
 
@@ -60,19 +58,9 @@ def load_coevolve_config(path: Path, *, rounds: int | None = None) -> CoevolveCo
     Raises:
         ConfigError: naming the file and the offending keys.
     """
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the co-evolution config ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a co-evolution config is a mapping of settings")
-    if rounds is not None:
-        data["rounds"] = rounds
-    try:
-        return CoevolveConfig(**data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from None
+    from harness.config import load_config_file
+
+    return load_config_file(path, CoevolveConfig, what="co-evolution config", overrides={"rounds": rounds})
 
 
 def plan(config: CoevolveConfig) -> list[dict[str, str]]:

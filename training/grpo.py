@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import ConfigError
 from training.data import FilterReport, GeneratorRules, NectarRow, PolicyRules, filter_rows, fingerprint
@@ -129,18 +128,9 @@ def load_train_config(path: Path, overrides: dict[str, Any] | None = None) -> Tr
     Raises:
         ConfigError: naming the file and the offending keys.
     """
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the training config ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a training config is a mapping of settings")
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    try:
-        return TrainConfig(**data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from None
+    from harness.config import load_config_file
+
+    return load_config_file(path, TrainConfig, what="training config", overrides=overrides)
 
 
 def model_path(spec: str) -> str:
