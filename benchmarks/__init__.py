@@ -18,6 +18,7 @@ _MODULES = (
     "benchmarks.writingbench",
     "benchmarks.math500",
     "benchmarks.mmlu_pro",
+    "benchmarks.codescope",
 )
 
 

@@ -16,6 +16,7 @@ judging protocol judges it with the table's judge model. The record (`harness.re
     writingbench   `judges.writingbench.WritingBenchJudge`  (one 1-10 score per criterion, in criteria order)
     math500        `judges.math_check.MathChecker`          (1.0 verified, 0.0 not, None: the check timed out)
     mmlu_pro       `judges.mmlu_pro.MMLUProChecker`         (1.0 the extracted letter is the gold one, else 0.0)
+    codescope      `judges.codescope.CodeScopeChecker`      (1.0 the extracted label is the gold one, else 0.0)
 
 and, in `trace`: `answer` (`raw`, and `judged` where the judged text differs), `judge` (the judge's model
 spec, identity and settings), `judgment` (the judge's own record: raw answers, re-asks, verdict labels),
@@ -37,7 +38,8 @@ from benchmarks.base import PolicyItem
 from harness.backends.base import Backend
 from harness.errors import ConfigError, Failure
 
-JUDGED_BENCHMARKS = ("alpaca_eval2", "arena_hard_v2", "wildbench", "writingbench", "math500", "mmlu_pro")
+JUDGED_BENCHMARKS = ("alpaca_eval2", "arena_hard_v2", "wildbench", "writingbench", "math500", "mmlu_pro",
+                     "codescope")
 _OPEN, _CLOSE = "<think>", "</think>"
 _BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
@@ -96,6 +98,10 @@ def _judge_class(benchmark: str) -> type:
         from judges.mmlu_pro import MMLUProChecker
 
         return MMLUProChecker
+    if benchmark == "codescope":
+        from judges.codescope import CodeScopeChecker
+
+        return CodeScopeChecker
     raise ConfigError(f"benchmark {benchmark!r} has no judging protocol; judged: {', '.join(JUDGED_BENCHMARKS)}")
 
 
@@ -192,8 +198,16 @@ def _letter(item: PolicyItem, text: str, j: Any) -> Judged:
     return Judged((float(j.correct),), meta, trace)
 
 
+def _label(item: PolicyItem, text: str, j: Any) -> Judged:
+    del text
+    meta = {"task": str(item.meta["task"]), "lang_cluster": str(item.meta.get("lang_cluster", ""))}
+    trace = {"judgment": {"label": j.label, "gold": item.meta["gold"], "unextracted": j.label is None}}
+    return Judged((float(j.correct),), meta, trace)
+
+
 _READERS = {"alpaca_eval2": _alpaca, "arena_hard_v2": _arena, "wildbench": _wildbench,
-            "writingbench": _writingbench, "math500": _math, "mmlu_pro": _letter}
+            "writingbench": _writingbench, "math500": _math, "mmlu_pro": _letter,
+            "codescope": _label}
 
 
 def failure_entries(stage_failures: Sequence[tuple[str, Failure]]) -> list[dict[str, Any]]:

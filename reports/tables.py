@@ -266,12 +266,12 @@ TABLE8_SPEC = TableSpec(
 _VERIFIABLE_GENERATION = MappingProxyType({"temperature": 0.6, "top_p": 0.95, "max_tokens": 4096})
 FIG3_SPEC = TableSpec(
     name="fig3",
-    title="Verifiable tasks (AVG@5): MATH-500 by math-verify, MMLU-Pro by exact match",
+    title="Verifiable tasks (AVG@5): MATH-500 by math-verify, MMLU-Pro and CodeScope by exact match",
     rows=(
         _policy_row("Native Qwen3-8B", "vllm:Qwen/Qwen3-8B"),
         _policy_row("DR-Generator-8B", "vllm:checkpoints/dr-policy-8b", dynamic=True),
     ),
-    columns=(Column("math500", "acc"), Column("mmlu_pro", "acc")),
+    columns=(Column("math500", "acc"), Column("mmlu_pro", "acc"), Column("codescope", "acc")),
     paper=MappingProxyType({}),
     setups=MappingProxyType({
         "paper": PolicySetup(judge=None, generation=_VERIFIABLE_GENERATION),

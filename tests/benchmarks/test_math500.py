@@ -62,10 +62,12 @@ def test_math_verify_self_check_corruption_and_a_timeout(items):
 def test_fig3_runs_a_loopback_policy_and_draws_the_figure(tmp_path: Path, shared_data: Path, items):
     from harness.loopback import chat_completion, json_response, serve_in_thread
 
+    from benchmarks.codescope import CodeScope
     from benchmarks.mmlu_pro import MMLUPro
 
     answers = {i.messages[0].content: i.meta["answer"] for i in items[:4]}
     letters = {i.messages[0].content: i.meta["answer"] for i in MMLUPro().load(data_dir=shared_data, limit=4, shots=0)}
+    smells = {i.messages[0].content: i.meta["gold"] for i in CodeScope().load(data_dir=shared_data, limit=4)}
     stops = []
 
     async def policy(request):
@@ -78,6 +80,11 @@ def test_fig3_runs_a_loopback_policy_and_draws_the_figure(tmp_path: Path, shared
             gold = letters[text]
             shown = gold if sorted(letters).index(text) % 2 == 0 else "ABCDEFGHIJ"[("ABCDEFGHIJ".index(gold) + 1) % 3]
             return json_response(chat_completion([f"<think>the answer is ({gold})</think>So the answer is ({shown})."]))
+        if text in smells:  # CodeScope: the gold label on the first question only, no label on the last
+            rank = sorted(smells).index(text)
+            shown = [smells[text].title(), "blob" if smells[text] != "blob" else "data class", "long method?",
+                     "I cannot tell."][rank]
+            return json_response(chat_completion([shown]))
         answer = answers.get(text)
         right = answer is not None and sorted(answers).index(text) % 2 == 0
         shown = answer if right else "0"
@@ -98,8 +105,13 @@ def test_fig3_runs_a_loopback_policy_and_draws_the_figure(tmp_path: Path, shared
     assert cells["math500"]["acc"]["value"] == pytest.approx(0.5) and cells["math500"]["acc"]["repeats"] == 2
     assert cells["mmlu_pro"]["acc"]["value"] == pytest.approx(0.5)
     assert sum(cells["mmlu_pro"]["details"]["acc"][0]["per_category_n"].values()) == 4
+    # Right on the first question; wrong on the second; the third is right only where its gold is long method;
+    # the fourth names no label.
+    smell_right = 1 + (smells[sorted(smells)[2]] == "long method")
+    assert cells["codescope"]["acc"]["value"] == pytest.approx(smell_right / 4)
+    assert cells["codescope"]["acc"]["n_failed"] == 2  # the unextracted answer, in both repeats
     assert stops and all("Question:" in s for s in stops)  # MMLU-Pro's stop string reaches the request
-    assert "| Native Qwen3-8B | **50.0** | **50.0** |" in (out / "table.md").read_text()
+    assert f"| Native Qwen3-8B | **50.0** | **50.0** | **{100 * smell_right / 4:.1f}** |" in (out / "table.md").read_text()
     assert "judge: none (deterministic checkers)" in (out / "table.md").read_text()
     png, pdf = (out / "figure.png").read_bytes(), (out / "figure.pdf").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000 and pdf.startswith(b"%PDF")

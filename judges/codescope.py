@@ -1,0 +1,52 @@
+"""CodeScope's checker: upstream's label extraction and exact match on the label (no model).
+
+`extract_label` follows the inference scripts (`code_smell/inference/run_gpt.py`, `code_review/inference/run_gpt.py`):
+of the task's labels, the one whose first occurrence in the answer comes earliest; code smell lowercases the answer
+first (`"Large Class"` counts), code review looks for the characters `0` and `1` as they are (so `"10 lines"` reads
+as 1). An answer naming no label is upstream's empty smell / diff tag 2: wrong, and counted here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.base import PolicyItem
+from benchmarks.codescope import DIFF_TAGS, SMELLS
+
+
+def extract_label(task: str, text: str) -> str | None:
+    """The label upstream reads from `text` for `task` (`smell` or `review`), or None."""
+    labels, haystack = (SMELLS, text.lower()) if task == "smell" else (DIFF_TAGS, text)
+    found = [(haystack.find(label), label) for label in labels if label in haystack]
+    return min(found)[1] if found else None
+
+
+@dataclass(frozen=True, slots=True)
+class LabelJudgment:
+    item: str
+    correct: bool
+    label: str | None
+    """The extracted label (None: none found)."""
+    failure: None = None
+
+
+class CodeScopeChecker:
+    """Exact match of the extracted label with the gold one (see the module docstring)."""
+
+    def __init__(self, backend: Any = None) -> None:
+        del backend  # a checker, not a judge
+        self.requests = 0
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {"checker": "codescope earliest-label extraction"}
+
+    async def judge_all(self, pairs: Sequence[tuple[PolicyItem, str]], *, seed: int) -> list[LabelJudgment]:
+        del seed
+        out = []
+        for item, output in pairs:
+            label = extract_label(item.meta["task"], output)
+            out.append(LabelJudgment(item.id, label == item.meta["gold"], label))
+        return out
