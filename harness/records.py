@@ -84,6 +84,35 @@ def trace_failures(trace: Mapping[str, Any]) -> tuple[Failure, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class LMEvalSampleRecord:
+    """One document of an lm-evaluation-harness task, as `harness lm-eval` logs it (`harness.lmeval`)."""
+
+    SCHEMA: ClassVar[str] = "lm-eval-sample/1"
+
+    task: str
+    doc_id: int
+    sample: dict[str, Any]
+    """lm-eval's logged sample: the document, the requests' arguments, the responses (raw and filtered), the
+    target and the per-document metrics, made JSON-safe."""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.task, self.doc_id)
+
+    @property
+    def failures(self) -> tuple[Failure, ...]:
+        return ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {SCHEMA_FIELD: self.SCHEMA, "task": self.task, "doc_id": self.doc_id, "sample": self.sample}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LMEvalSampleRecord:
+        _check_schema(cls, data)
+        return cls(_need(data, "task", str), _need(data, "doc_id", int), _need(data, "sample", dict))
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRecord:
     """One sampled answer of `harness generate`."""
 

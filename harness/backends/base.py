@@ -291,6 +291,45 @@ class LogprobResult:
         return self.error is None
 
 
+@dataclass(frozen=True, slots=True)
+class LoglikelihoodRequest:
+    """The log-probability of `continuation` right after a context: lm-evaluation-harness' `loglikelihood`.
+
+    The context is `text` as it stands (tokenized as lm-eval's `hf` model does: see `HFBackend.loglikelihood`)
+    or, with `messages`, the chat rendered for the assistant's next turn (the chat template, with
+    `add_generation_prompt`) followed by `text`: the start of that turn.
+    """
+
+    continuation: str
+    """The text scored, word-boundary space included (`" Paris"`)."""
+    text: str = ""
+    """The raw context, or with `messages` the text the assistant turn starts with."""
+    messages: tuple[Message, ...] = ()
+    """A chat the context is rendered from (empty: `text` alone is the context)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoglikelihoodResult:
+    """The answer to one `LoglikelihoodRequest`."""
+
+    logprob: float | None
+    """Sum of the continuation tokens' log-probabilities; None when `error` is set."""
+    greedy: bool | None = None
+    """Whether greedy decoding would write exactly the continuation's tokens."""
+    tokens: int = 0
+    """Tokens of the continuation."""
+    truncated: bool = False
+    """Whether the context was cut from the left to fit the model's context."""
+    error: Failure | None = None
+    cached: bool = False
+    usage: Usage = field(default_factory=Usage)
+    """Prompt tokens the backend computed (zero from the cache)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
 ScoreHead = Literal["classifier", "lm-token0"]
 SCORE_HEADS: tuple[ScoreHead, ...] = ("classifier", "lm-token0")
 """Where a reward model's score is read (see `ScoreRequest.head`)."""
@@ -357,7 +396,8 @@ class Backend(Protocol):
     """What every model backend implements.
 
     Call sites use exactly these members: `kind`, `model`, `identity()`, `generate(...)`,
-    `next_token_logprobs(...)`, `score(...)`, `check_score(...)`, `capabilities()`, `probe()` and `close()`.
+    `next_token_logprobs(...)`, `loglikelihood(...)`, `score(...)`, `check_score(...)`, `capabilities()`,
+    `probe()` and `close()`.
     """
 
     kind: str
@@ -384,6 +424,11 @@ class Backend(Protocol):
 
     async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """A reward model's scalar for the last turn of each conversation, aligned with `requests`."""
+        ...
+
+    async def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        """Log-probability of each continuation after its context, aligned with `requests` (a backend that
+        cannot compute it answers every request with an `unsupported` failure)."""
         ...
 
     def check_score(self, head: ScoreHead) -> None:

@@ -61,6 +61,8 @@ from harness.backends.base import (
     Completion,
     Constraint,
     GenerateRequest,
+    LoglikelihoodRequest,
+    LoglikelihoodResult,
     LogprobRequest,
     LogprobResult,
     Message,
@@ -86,6 +88,7 @@ from harness.backends.local import (
     has_chat_template,
     is_sequence_classifier,
     locate_model,
+    loglikelihood_ids,
     not_generative,
     pick_device,
     pick_dtype,
@@ -300,6 +303,18 @@ class HFBackend:
         if not requests:
             return []
         return await asyncio.to_thread(self._locked, self._logprobs_sync, list(requests), list(candidates))
+
+    async def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        """Log-probability of each continuation after its context, as lm-evaluation-harness' `hf` model computes
+        it: the ids split by `loglikelihood_ids`, the input cut from the left to the model's context
+        (`(context + continuation)[-(L + 1):][:-1]`), the continuation tokens' log-softmax summed, and `greedy`
+        when the argmax at every continuation position is its token. Batches of `options.batch_size`, longest
+        first, left-padded with position ids (one forward pass keeps the logits of the continuation positions
+        only).
+        """
+        if not requests:
+            return []
+        return await asyncio.to_thread(self._locked, self._loglikelihood_sync, list(requests))
 
     async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """Reward-model scores (see `harness.backends.hf_reward`), aligned with `requests`; concurrent calls are
@@ -535,6 +550,59 @@ class HFBackend:
             branches = tuple(_pick(row, cand_ids) for row in rows)
             results[i] = LogprobResult({}, branches=branches, usage=Usage(computed, 0))
         return results  # type: ignore[return-value]
+
+    def _loglikelihood_sync(self, requests: list[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        self._require_causal_lm()
+        results: list[LoglikelihoodResult | None] = [None] * len(requests)
+        rows: list[tuple[int, list[int], int, bool]] = []  # (request, ids, continuation tokens, context cut)
+        limit = self.context_length or 2048  # lm-eval's default max length where the config has none
+        for i, req in enumerate(requests):
+            try:
+                ctx, cont = loglikelihood_ids(self._tok, req)
+            except Exception as exc:  # e.g. a template that rejects a system turn
+                results[i] = LoglikelihoodResult(None, error=backend_failure(
+                    f"cannot tokenize the context: {type(exc).__name__}: {exc}"))
+                continue
+            if not cont:
+                results[i] = LoglikelihoodResult(0.0, True, 0)
+                continue
+            if len(cont) > limit:
+                results[i] = LoglikelihoodResult(None, error=backend_failure(
+                    f"continuation has {len(cont)} tokens; the model's context is {limit}"))
+                continue
+            whole = ctx + cont
+            rows.append((i, whole[-(limit + 1):], len(cont), len(whole) > limit + 1))
+        rows.sort(key=lambda r: -len(r[1]))
+        size = self.options.batch_size
+        for start in range(0, len(rows), size):
+            batch = rows[start : start + size]
+            try:
+                found = self._continuation_logprobs([ids for _, ids, _, _ in batch], [n for _, _, n, _ in batch])
+            except Exception as exc:
+                for i, *_ in batch:
+                    results[i] = LoglikelihoodResult(None, error=_forward_failure(exc))
+                continue
+            for (i, ids, n, cut), (logprob, greedy) in zip(batch, found):
+                results[i] = LoglikelihoodResult(logprob, greedy, n, cut, usage=Usage(len(ids) - 1, 0))
+        return results  # type: ignore[return-value]
+
+    def _continuation_logprobs(self, seqs: list[list[int]], lengths: list[int]) -> list[tuple[float, bool]]:
+        """(summed log-probability, greedy) of the last `lengths[j]` tokens of each `seqs[j]` given the tokens
+        before them: the model reads `seqs[j][:-1]`, left-padded, and keeps the logits of the last positions."""
+        torch = self._torch
+        ids, mask = self._pad([s[:-1] for s in seqs])
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        keep = max(lengths)
+        with torch.inference_mode():
+            logits = self._lm(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
+            logits = logits[:, -keep:, :].float()
+            out = []
+            for j, (seq, n) in enumerate(zip(seqs, lengths)):
+                logp = torch.log_softmax(logits[j, keep - n:, :], dim=-1)
+                target = torch.tensor(seq[-n:], dtype=torch.long, device=logp.device)
+                picked = logp.gather(-1, target[:, None])[:, 0]
+                out.append((float(picked.sum()), bool((logp.argmax(-1) == target).all())))
+        return out
 
     def _last_logprobs(self, prompts: list[list[int]]) -> list[Any]:
         """Log-softmax of the next-token logits after each prompt (one left-padded forward pass)."""

@@ -3,7 +3,8 @@
 - Locating a model: `locate_model` classifies a name as a GGUF file (converted once), a local checkpoint folder or
   a hub id (`repo@revision`, resolved to a commit) and identifies its weights, loading nothing.
 - Rendering a prompt: `encode_chat` (the tokenizer's chat template, or `render_plain` for tokenizers without one),
-  and `encode_contexts` for the contexts of a logprob request.
+  `encode_contexts` for the contexts of a logprob request, and `loglikelihood_ids` for a loglikelihood request
+  (split as lm-evaluation-harness splits it).
 - Reading an answer: `answer_span` turns a row of generated ids into the answer's text the same way for both, and
   `token_pieces` / `tokens_within` / `top_texts` shape per-token logprobs.
 - Candidates of a logprob request: `candidate_token_ids`.
@@ -25,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.backends.base import LogprobRequest, Message, ScoreRequest, ScoreResult, chat_to_json
+from harness.backends.base import (
+    LoglikelihoodRequest,
+    LogprobRequest,
+    Message,
+    ScoreRequest,
+    ScoreResult,
+    chat_to_json,
+)
 from harness.errors import ConfigError, Failure, FailureCategory, ModelNotFoundError
 
 PLAIN_STOPS = ("\nUser:",)
@@ -79,13 +87,50 @@ def encode_chat(tokenizer: Any, messages: Sequence[Message], assistant_prefix: s
     without special tokens (the template writes any BOS itself). Without one: `render_plain`, a space and the
     prefix, tokenized with special tokens (so a base model gets its BOS).
     """
+    return tokenizer.encode(chat_text(tokenizer, messages, assistant_prefix),
+                            add_special_tokens=not has_chat_template(tokenizer))
+
+
+def chat_text(tokenizer: Any, messages: Sequence[Message], assistant_prefix: str = "") -> str:
+    """The text `encode_chat` tokenizes: the chat template's rendering for the next assistant turn plus the
+    prefix, or `render_plain`, a space and the prefix."""
     if has_chat_template(tokenizer):
         text = tokenizer.apply_chat_template(
             chat_to_json(messages), tokenize=False, add_generation_prompt=True
         )
-        return tokenizer.encode(text + assistant_prefix, add_special_tokens=False)
-    text = render_plain(messages) + (" " + assistant_prefix if assistant_prefix else "")
-    return tokenizer.encode(text, add_special_tokens=True)
+        return text + assistant_prefix
+    return render_plain(messages) + (" " + assistant_prefix if assistant_prefix else "")
+
+
+def loglikelihood_ids(tokenizer: Any, request: LoglikelihoodRequest) -> tuple[list[int], list[int]]:
+    """(context ids, continuation ids) of `request`, split as lm-evaluation-harness' `hf` model splits them
+    (`TemplateLM.loglikelihood`, `_encode_pair`, `HFLM.tok_encode` with `add_bos_token` unset).
+
+    The context is `request.text`, or the chat rendered as `chat_text` renders it with `text` as the prefix.
+    An empty context becomes the BOS id (EOS without one), unless the continuation starts with it. Otherwise
+    trailing whitespace moves from the context to the continuation, `context + continuation` and the context are
+    tokenized with the tokenizer's default special tokens (none when the text already starts with the BOS
+    string), and the continuation is the whole's ids after the context's.
+    """
+    context, continuation = request.text, request.continuation
+    if request.messages:
+        context = chat_text(tokenizer, request.messages, request.text)
+    prefix_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if context == "":
+        cont = tokenizer.encode(continuation, add_special_tokens=False)
+        if not cont:
+            return [prefix_id], []
+        return ([prefix_id], cont) if prefix_id != cont[0] else (cont[:1], cont[1:])
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    bos = tokenizer.decode([prefix_id]) if prefix_id is not None else None
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, **({"add_special_tokens": False} if bos and text.startswith(bos) else {}))
+
+    whole, ctx = encode(context + continuation), encode(context)
+    return ctx, whole[len(ctx):]
 
 
 def candidate_token_ids(tokenizer: Any, candidate: str) -> list[int]:

@@ -77,6 +77,8 @@ from harness.backends.base import (
     Completion,
     Constraint,
     GenerateRequest,
+    LoglikelihoodRequest,
+    LoglikelihoodResult,
     LogprobRequest,
     LogprobResult,
     Message,
@@ -270,6 +272,13 @@ class OpenAIBackend:
         one HTTP request (the server's prefix cache, where it has one, shares their common start).
         """
         return list(await asyncio.gather(*(self._logprobs_one(r, candidates) for r in requests)))
+
+    async def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        """Not available on a chat server: the chat API scores no text it did not write. Every request gets an
+        `unsupported` failure; use `hf:` or `vllm:` for loglikelihood tasks."""
+        failure = Failure(FailureCategory.UNSUPPORTED, f"openai:{self.model} cannot compute loglikelihoods: an "
+                          "OpenAI-compatible chat server returns no log-probabilities of given text; use hf: or vllm:")
+        return [LoglikelihoodResult(None, error=failure) for _ in requests]
 
     async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """Not available on a chat server (see `check_score`).

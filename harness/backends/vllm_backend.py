@@ -59,6 +59,8 @@ from harness.backends.base import (
     Completion,
     Constraint,
     GenerateRequest,
+    LoglikelihoodRequest,
+    LoglikelihoodResult,
     LogprobRequest,
     LogprobResult,
     ScoreHead,
@@ -461,6 +463,51 @@ class VLLMBackend:
                 results[i] = LogprobResult(found[0], usage=usage)
         return results  # type: ignore[return-value]
 
+
+    # --------------------------------------------------------------------------------------------------------
+    # Loglikelihood
+
+    async def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        """Log-probability of each continuation after its context, from the engine's prompt logprobs (as
+        lm-evaluation-harness' `vllm` model reads them): the ids split as the `hf` backend splits them
+        (`loglikelihood_ids`), cut from the left to the model's context, one token generated, and `greedy` when
+        every continuation token ranks first. All requests go to the engine in one call."""
+        from harness.backends.local import loglikelihood_ids
+
+        await self.probe()
+        self._require_generative()
+        results: list[LoglikelihoodResult | None] = [None] * len(requests)
+        todo: list[tuple[int, list[int], int, bool]] = []
+        limit = self.context_length or 2048
+        for i, req in enumerate(requests):
+            try:
+                ctx, cont = loglikelihood_ids(self._tok, req)
+            except Exception as exc:
+                results[i] = LoglikelihoodResult(None, error=backend_failure(
+                    f"cannot tokenize the context: {type(exc).__name__}: {exc}"))
+                continue
+            if not cont:
+                results[i] = LoglikelihoodResult(0.0, True, 0)
+            elif len(cont) >= limit:
+                results[i] = LoglikelihoodResult(None, error=backend_failure(
+                    f"continuation has {len(cont)} tokens; the model's context is {limit}"))
+            else:
+                whole = ctx + cont
+                todo.append((i, whole[-(limit - 1):], len(cont), len(whole) > limit - 1))
+        if todo:
+            params = self._vllm.SamplingParams(n=1, temperature=0.0, max_tokens=1, prompt_logprobs=1)
+            outs, failed = await self._engine([ids for _, ids, _, _ in todo], [params] * len(todo))
+            for k, (i, ids, n, cut) in enumerate(todo):
+                if failed is not None:
+                    results[i] = LoglikelihoodResult(None, error=failed)
+                    continue
+                steps = outs[k].prompt_logprobs  # per prompt position: {token id: Logprob}; None at 0
+                picked = [steps[t][ids[t]] for t in range(len(ids) - n, len(ids))]
+                results[i] = LoglikelihoodResult(
+                    sum(float(p.logprob) for p in picked), all(p.rank == 1 for p in picked), n, cut,
+                    usage=Usage(len(ids), 0),
+                )
+        return results  # type: ignore[return-value]
 
     # --------------------------------------------------------------------------------------------------------
     # Reward models

@@ -7,6 +7,7 @@ the traceback.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -626,6 +627,65 @@ def compare(
     if result.differences:
         typer.echo("runs are not comparable: " + "; ".join(result.differences), err=True)
     raise typer.Exit(result.exit_code)
+
+
+@app.command("lm-eval")
+def lm_eval_(
+    model: ModelOpt,
+    tasks: Annotated[str, typer.Option("--tasks", help="lm-eval task names, comma-separated (gsm8k,arc_easy).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Run directory (results.json, table.md, records).")],
+    include_path: Annotated[
+        Optional[Path], typer.Option("--include-path", help="A folder of your own lm-eval task YAMLs.")
+    ] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="The first N documents per task.")] = None,
+    num_fewshot: Annotated[
+        Optional[int], typer.Option("--num-fewshot", min=0, help="Few-shot examples (default: each task's).")
+    ] = None,
+    apply_chat_template: Annotated[
+        bool, typer.Option("--apply-chat-template", help="Build each context as a chat (lm-eval's flag: few-shot "
+                           "examples as turns); without it a context goes as one user turn.")
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="lm-eval's seeds and the seeds of sampled requests.")] = 0,
+    bootstrap_iters: Annotated[
+        int, typer.Option("--bootstrap-iters", min=0, help="lm-eval's bootstrap resamples for standard errors.")
+    ] = 1000,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    timeout: TimeoutOpt = None,
+    max_attempts: AttemptsOpt = None,
+    batch_size: BatchOpt = None,
+    dtype: DtypeOpt = None,
+    enforce_eager: EagerOpt = None,
+    tensor_parallel: TpOpt = None,
+    data_parallel: DpOpt = None,
+    no_cache: NoCacheOpt = False,
+    overwrite: OverwriteOpt = False,
+) -> None:
+    """Run lm-evaluation-harness tasks on a model through this harness' backends and call cache, with lm-eval's
+    own metrics: generate_until on every backend, loglikelihood on hf and vllm.
+
+    Writes OUT/results.json (lm-eval's results), table.md (lm-eval's table), records.jsonl (one logged sample per
+    task and document) and manifest.json. A rerun with the same settings is answered by the call cache. Exit code 0
+    when every request was answered, 1 when a request failed (rerun to retry), 2 for bad input.
+    """
+    from harness.lmeval import run_lm_eval
+
+    options = _backend_options(
+        base_url=base_url, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
+        max_attempts=max_attempts, batch_size=batch_size, tensor_parallel_size=tensor_parallel,
+        data_parallel_size=data_parallel, dtype=dtype, enforce_eager=enforce_eager,
+    )
+    names = [t.strip() for t in tasks.split(",") if t.strip()]
+    results = run_lm_eval(model, names, out, include_path=include_path, limit=limit, num_fewshot=num_fewshot,
+                          chat_template=apply_chat_template, seed=seed, options=options, no_cache=no_cache,
+                          overwrite=overwrite, bootstrap_iters=bootstrap_iters)
+    typer.echo((out / "table.md").read_text(encoding="utf-8").rstrip())
+    summary = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("summary", {})
+    typer.echo(f"{out}: {len(results.get('results', {}))} task(s), {summary.get('records', 0)} documents; "
+               f"backend calls: {summary.get('calls', 0)}, cache hits: {summary.get('cache_hits', 0)}")
+    if summary.get("ignored_gen_kwargs"):
+        typer.echo("generation settings not passed to the backend: " + ", ".join(summary["ignored_gen_kwargs"]))
 
 
 @app.command()

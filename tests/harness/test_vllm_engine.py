@@ -130,6 +130,19 @@ def test_next_token_and_branch_logprobs_match_hf(engine, hf) -> None:
     assert len(ours[2].branches) == 3 and ours[2].logprobs == {}
 
 
+def test_loglikelihood_matches_hf(engine, hf) -> None:
+    from harness.backends.base import LoglikelihoodRequest
+
+    requests = [LoglikelihoodRequest(" Paris", "The capital of France is"), LoglikelihoodRequest("Hello world"),
+                LoglikelihoodRequest("blue.", "The sky is "),
+                LoglikelihoodRequest(" Yes", messages=user_chat("Is Paris in France?"))]
+    ours, theirs = run(engine.loglikelihood(requests)), run(hf.loglikelihood(requests))
+    for a, b in zip(ours, theirs):
+        assert a.ok and b.ok, (a.error, b.error)
+        assert math.isclose(a.logprob, b.logprob, abs_tol=1e-3) and (a.greedy, a.tokens) == (b.greedy, b.tokens)
+        assert a.tokens > 0 and a.logprob < 0
+
+
 def test_sampled_generation_is_seeded_per_sample(engine) -> None:
     three, two, again = run(
         engine.generate(

@@ -1,0 +1,333 @@
+"""lm-evaluation-harness through our backends: `HarnessLM` is an lm-eval `LM`, every call through the call cache.
+
+From Python, any backend spec (`smollm2-135m`, `hf:DIR`, `vllm:Qwen/Qwen3-8B`, `openai:MODEL` with a base URL)
+runs lm-eval's tasks with lm-eval's own metrics:
+
+    import lm_eval
+    from harness.lmeval import HarnessLM
+
+    lm = HarnessLM("hf:checkpoints/dr-policy-8b")
+    out = lm_eval.simple_evaluate(model=lm, tasks=["gsm8k"], apply_chat_template=True)
+    lm.close()
+
+and `harness lm-eval` does the same into a run directory (`run_lm_eval`). lm-eval's CLI finds no third-party
+models, so it is left alone.
+
+How requests map (lm-eval 0.4.x):
+
+- `generate_until(context, gen_kwargs)`: one `GenerateRequest`. The context is a chat when lm-eval applied the
+  chat template (`apply_chat_template` returns lm-eval's own `JsonChatStr`, as its chat-API models do: the
+  history as JSON; a final assistant turn, lm-eval's `gen_prefix`, becomes the assistant prefill), else the text
+  as one user turn (our backends all speak chat). `until` -> stop strings; `max_gen_toks` -> max tokens (256 when
+  absent, lm-eval's default); `do_sample` false or absent -> greedy, else `temperature` (1.0 when absent) and
+  `top_p`. Other keys are not ours to honour: each is warned about once and listed in `ignored_gen_kwargs`.
+  Sampled requests get seeds derived from (seed, task, doc id, request index, copy), so lm-eval's repeats of one
+  request differ from one another and a rerun draws the same samples (and hits the cache).
+- `loglikelihood(context, continuation)`: one `LoglikelihoodRequest` (raw text, or the chat when the template was
+  applied); the `hf` and `vllm` backends compute it as lm-eval's `hf` and `vllm` models do; `openai` cannot.
+- `loglikelihood_rolling(text)`: a loglikelihood of the whole text after an empty context (lm-eval's rolling
+  windows collapse to one window when the text fits the model's context; a longer text fails, it is not cut).
+
+A request the backend answers with a failure stops the evaluation with an error naming the task, the document
+and the reason (`LMEvalError`); everything answered before it is in the call cache, so a rerun resumes for free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from harness.backends.base import (
+    Backend,
+    BackendOptions,
+    GenerateRequest,
+    LoglikelihoodRequest,
+    Message,
+    SamplingParams,
+)
+from harness.errors import ConfigError, HarnessError
+from harness.seeds import derive_seed
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_MAX_GEN_TOKS = 256
+"""lm-eval's `max_gen_toks` when a task sets none."""
+_GEN_KWARGS = {"until", "max_gen_toks", "do_sample", "temperature", "top_p"}
+
+try:
+    from lm_eval.api.model import LM as _LMBase
+except ImportError:  # lm-eval is optional: the module imports, `HarnessLM` refuses to start without it
+    _LMBase = object  # type: ignore[assignment,misc]
+
+
+class LMEvalError(HarnessError):
+    """A request lm-eval made could not be answered (the backend's failure, with the task and document)."""
+
+    exit_code = 1
+
+
+def _require_lm_eval() -> Any:
+    try:
+        import lm_eval
+    except ImportError:
+        raise ConfigError('lm-evaluation-harness is not installed: pip install -e ".[lmeval]"') from None
+    return lm_eval
+
+
+class HarnessLM(_LMBase):  # type: ignore[misc,valid-type]
+    """Our backend as an lm-evaluation-harness `LM` (see the module docstring).
+
+    Args:
+        model: A model spec (built with `options`, wrapped in the call cache) or a backend already built (a
+            `CachedBackend` keeps its cache; another backend is used as it is).
+        options: Backend options for a spec (base URL, concurrency, batch size, dtype, ...).
+        cache: The call cache for a spec (default: the user's; None with `no_cache`).
+        no_cache: Bypass the call cache.
+        seed: Seeds of sampled requests derive from it.
+
+    Raises:
+        ConfigError: lm-eval is not installed, or the spec is not valid.
+    """
+
+    def __init__(self, model: str | Backend, *, options: BackendOptions | None = None, cache: Any = None,
+                 no_cache: bool = False, seed: int = 0) -> None:
+        _require_lm_eval()
+        super().__init__()
+        from harness.pool import BackendPool
+
+        if isinstance(model, str):
+            if cache is None and not no_cache:
+                from harness.cache import CallCache
+
+                cache = CallCache()
+            self._pool: BackendPool | None = BackendPool(options=options, cache=None if no_cache else cache)
+            self.backend: Any = self._pool.get(model)
+            self.spec = model
+        else:
+            self._pool, self.backend, self.spec = None, model, f"{model.kind}:{model.model}"
+        self.seed = seed
+        self.ignored_gen_kwargs: set[str] = set()
+        self.requests: collections.Counter[str] = collections.Counter()
+        """Requests lm-eval made, per request type."""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="harness-lm-eval", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------------------------------------- lm-eval API
+
+    @property
+    def tokenizer_name(self) -> str:
+        """What lm-eval fingerprints its request cache with when the chat template is applied."""
+        return self.spec.replace("/", "__")
+
+    def chat_template(self, chat_template: bool | str = False) -> str:
+        return ""  # the backend applies its own template (or the server does)
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> Any:
+        """The history as lm-eval's `JsonChatStr` (JSON), turned back into messages for each request."""
+        from lm_eval.models.api_models import JsonChatStr
+
+        return JsonChatStr(json.dumps(chat_history, ensure_ascii=False))
+
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        copies: collections.Counter[tuple] = collections.Counter()
+        built = []
+        for inst in requests:
+            context, gen_kwargs = inst.args[0], dict(inst.args[1] if len(inst.args) > 1 else {})
+            where = (inst.task_name, inst.doc_id, inst.idx)
+            copy = copies[where]
+            copies[where] += 1
+            messages, prefix = _chat(context)
+            built.append(GenerateRequest(messages, self._params(gen_kwargs, where, copy), assistant_prefix=prefix))
+        self.requests["generate_until"] += len(requests)
+        completions = self._call(self.backend.generate(built))
+        self._raise_failures("generate_until", requests, completions)
+        return [c.texts[0] for c in completions]
+
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        built = []
+        for inst in requests:
+            context, continuation = inst.args[0], inst.args[1]
+            built.append(_loglikelihood_request(context, continuation))
+        self.requests["loglikelihood"] += len(requests)
+        results = self._call(self.backend.loglikelihood(built))
+        self._raise_failures("loglikelihood", requests, results)
+        return [(r.logprob, bool(r.greedy)) for r in results]
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        built = [LoglikelihoodRequest(inst.args[0]) for inst in requests]
+        self.requests["loglikelihood_rolling"] += len(requests)
+        results = self._call(self.backend.loglikelihood(built))
+        self._raise_failures("loglikelihood_rolling", requests, results)
+        return [r.logprob for r in results]
+
+    # ---------------------------------------------------------------------------------------------- internals
+
+    def _params(self, gen_kwargs: Mapping[str, Any], where: tuple, copy: int) -> SamplingParams:
+        until = gen_kwargs.get("until") or ()
+        stops = (until,) if isinstance(until, str) else tuple(until)
+        for key in sorted(set(gen_kwargs) - _GEN_KWARGS):
+            if key not in self.ignored_gen_kwargs:
+                log.warning("lm-eval generation setting %s=%r is not passed to the backend (it takes until, "
+                            "max_gen_toks, do_sample, temperature, top_p)", key, gen_kwargs[key])
+                self.ignored_gen_kwargs.add(key)
+        sample = bool(gen_kwargs.get("do_sample", False))
+        temperature = float(gen_kwargs.get("temperature", 1.0)) if sample else 0.0
+        return SamplingParams(
+            temperature=temperature,
+            top_p=float(gen_kwargs.get("top_p", 1.0)) if sample else 1.0,
+            max_tokens=int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS)),
+            seed=derive_seed(self.seed, *where, copy) if temperature > 0 else None,
+            stop=tuple(s for s in stops if s),
+        )
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _raise_failures(self, kind: str, requests: Sequence[Any], results: Sequence[Any]) -> None:
+        failed = [(inst, r.error) for inst, r in zip(requests, results) if r.error is not None]
+        if not failed:
+            return
+        inst, error = failed[0]
+        raise LMEvalError(
+            f"{self.spec}: {len(failed)} of {len(requests)} {kind} requests failed; the first, task "
+            f"{inst.task_name!r} document {inst.doc_id}: {error.category.value}: {error.message} (the answered "
+            "requests are in the call cache: a rerun asks only the rest)"
+        )
+
+    @property
+    def calls(self) -> int:
+        """Backend calls the cache could not answer."""
+        return getattr(self.backend, "calls", 0)
+
+    @property
+    def hits(self) -> int:
+        return getattr(self.backend, "hits", 0)
+
+    def close(self) -> None:
+        """Close the backends built here and stop the event loop."""
+        if self._loop.is_closed():
+            return
+        if self._pool is not None:
+            self._call(self._pool.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+
+def _chat(context: Any) -> tuple[tuple[Message, ...], str]:
+    """(messages, assistant prefix) of a generation context: lm-eval's JSON chat, or a text as one user turn."""
+    from lm_eval.models.api_models import JsonChatStr
+
+    if isinstance(context, JsonChatStr):
+        turns = json.loads(context.prompt)
+        prefix = ""
+        if turns and turns[-1]["role"] == "assistant":
+            prefix = turns.pop()["content"]
+        return tuple(Message(t["role"], t["content"]) for t in turns), prefix
+    return (Message("user", str(context)),), ""
+
+
+def _loglikelihood_request(context: Any, continuation: str) -> LoglikelihoodRequest:
+    from lm_eval.models.api_models import JsonChatStr
+
+    if isinstance(context, JsonChatStr):
+        messages, prefix = _chat(context)
+        return LoglikelihoodRequest(continuation, prefix, messages)
+    return LoglikelihoodRequest(continuation, str(context))
+
+
+# ---------------------------------------------------------------------------------------------------- the verb
+
+
+def run_lm_eval(model: str, tasks: Sequence[str], out: Path, *, include_path: Path | None = None,
+                limit: int | None = None, num_fewshot: int | None = None, chat_template: bool = True,
+                seed: int = 0, options: BackendOptions | None = None, no_cache: bool = False,
+                overwrite: bool = False, bootstrap_iters: int = 1000) -> dict[str, Any]:
+    """Run lm-eval `tasks` on `model` into the run directory `out`; returns lm-eval's results (without samples).
+
+    Writes `results.json` (lm-eval's results, n-shot, versions, configs), `table.md` (lm-eval's table),
+    `records.jsonl` (one record per task and document: lm-eval's logged sample), `manifest.json` (settings,
+    identity, calls) under the run store's lock and binding rule: a rerun with the same settings resumes (the call
+    cache answers what was asked), with others it is refused unless `overwrite`.
+
+    Raises:
+        ConfigError: lm-eval missing, an unknown task, a missing include path, other settings in `out`.
+        LMEvalError: a request the backend could not answer.
+    """
+    lm_eval = _require_lm_eval()
+    from lm_eval.tasks import TaskManager
+    from lm_eval.utils import handle_non_serializable, make_table
+
+    from harness.records import LMEvalSampleRecord
+    from harness.runstore import Output, OutputPaths, write_json_atomic, write_text_atomic
+
+    if include_path is not None and not Path(include_path).is_dir():
+        raise ConfigError(f"--include-path {include_path}: not a directory")
+    if not tasks:
+        raise ConfigError("--tasks names no task")
+    manager = TaskManager(include_path=str(include_path) if include_path else None)
+    unknown = [t for t in tasks if t not in manager.all_tasks]
+    if unknown:
+        where = f" (nor in {include_path})" if include_path else " (add --include-path DIR for your own YAML)"
+        raise ConfigError(f"unknown lm-eval task(s) {', '.join(unknown)}{where}")
+    lm = HarnessLM(model, options=options, no_cache=no_cache, seed=seed)
+    settings = {"model": model, "identity": lm.backend.identity(), "tasks": list(tasks), "limit": limit,
+                "num_fewshot": num_fewshot, "chat_template": chat_template, "seed": seed,
+                "include_path": _fingerprint(include_path), "lm_eval": _version("lm_eval")}
+    paths = OutputPaths.run_dir(out)
+    output = Output(paths, LMEvalSampleRecord, command="lm-eval", settings=settings,
+                    config={"backend": _options_json(options), "no_cache": no_cache,
+                            "bootstrap_iters": bootstrap_iters}, overwrite=overwrite)
+    try:
+        with output:
+            results = lm_eval.simple_evaluate(
+                model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager,
+                apply_chat_template=chat_template, log_samples=True, bootstrap_iters=bootstrap_iters,
+                random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+            )
+            samples = results.pop("samples", {}) or {}
+            safe = json.loads(json.dumps(results, default=handle_non_serializable))
+            records = [LMEvalSampleRecord(task, int(s["doc_id"]), json.loads(json.dumps(
+                s, default=handle_non_serializable))) for task, rows in samples.items() for s in rows]
+            output.log.append(records)
+            write_json_atomic(out / "results.json", safe)
+            write_text_atomic(out / "table.md", make_table(results) + "\n")
+            output.summary = {"records": len(records), "calls": lm.calls, "cache_hits": lm.hits,
+                              "requests": dict(lm.requests), "ignored_gen_kwargs": sorted(lm.ignored_gen_kwargs)}
+    finally:
+        lm.close()
+    return safe
+
+
+def _fingerprint(folder: Path | None) -> dict[str, str] | None:
+    """sha256 of every file under an include path (its task YAMLs and data), so other tasks are other settings."""
+    if folder is None:
+        return None
+    import hashlib
+
+    root = Path(folder)
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _options_json(options: BackendOptions | None) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(options) if options is not None else {}
+
+
+def _version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
