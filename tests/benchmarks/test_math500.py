@@ -1,6 +1,7 @@
 """MATH-500: the loader on the local file, math-verify's checks (gold self-check 500/500, corrupted answers fail,
-a pathological expression times out as a counted failure without hanging), and `harness run fig3` (MATH-500 and
-MMLU-Pro) end to end with a loopback policy: table, CSV and the figure as PNG and PDF."""
+a pathological expression times out as a counted failure without hanging), and `harness run fig3` (MATH-500,
+MMLU-Pro, CodeScope) end to end with a loopback policy: table, CSV, the figure as PNG and PDF, and `harness compare`
+catching a policy that lost MATH-500."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def test_fig3_runs_a_loopback_policy_and_draws_the_figure(tmp_path: Path, shared
                      "I cannot tell."][rank]
             return json_response(chat_completion([shown]))
         answer = answers.get(text)
-        right = answer is not None and sorted(answers).index(text) % 2 == 0
+        right = answer is not None and sorted(answers).index(text) != 3 and body["model"] != "worse"
         shown = answer if right else "0"
         return json_response(chat_completion([f"<think>\\boxed{{{answer}}}</think>The answer is $\\boxed{{{shown}}}$."]))
 
@@ -95,14 +96,18 @@ def test_fig3_runs_a_loopback_policy_and_draws_the_figure(tmp_path: Path, shared
         config.write_text("only_rows: ['Native Qwen3-8B']\nrows: {'Native Qwen3-8B': 'openai:policy'}\n"
                           "bench_options: {mmlu_pro: {shots: 0}}\n"  # the local data has no validation split
                           f"backend: {{base_url: '{url}'}}\n")
-        done = subprocess.run([sys.executable, "-m", "harness", "run", "fig3", "--config", str(config), "--limit", "4",
-                               "--seeds", "2", "--data-dir", str(shared_data), "--out", str(tmp_path / "run")],
-                              capture_output=True, text=True, timeout=300)
+        argv = [sys.executable, "-m", "harness", "run", "fig3", "--config", str(config), "--limit", "4", "--seeds",
+                "2", "--data-dir", str(shared_data)]
+        done = subprocess.run([*argv, "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+        # The same table with a policy that gets every MATH-500 problem wrong, for the gate.
+        config.write_text(config.read_text().replace("openai:policy", "openai:worse"))
+        worse = subprocess.run([*argv, "--out", str(tmp_path / "worse")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     out = tmp_path / "run"
     cells = json.loads((out / "results.json").read_text())["results"]["Native Qwen3-8B"]["benchmarks"]
-    # Half the problems answered right in both repeats; the thinking (which holds the gold) is never checked.
-    assert cells["math500"]["acc"]["value"] == pytest.approx(0.5) and cells["math500"]["acc"]["repeats"] == 2
+    # Three of the four problems answered right in both repeats; the thinking (which holds the gold) is never
+    # checked.
+    assert cells["math500"]["acc"]["value"] == pytest.approx(0.75) and cells["math500"]["acc"]["repeats"] == 2
     assert cells["mmlu_pro"]["acc"]["value"] == pytest.approx(0.5)
     assert sum(cells["mmlu_pro"]["details"]["acc"][0]["per_category_n"].values()) == 4
     # Right on the first question; wrong on the second; the third is right only where its gold is long method;
@@ -111,7 +116,7 @@ def test_fig3_runs_a_loopback_policy_and_draws_the_figure(tmp_path: Path, shared
     assert cells["codescope"]["acc"]["value"] == pytest.approx(smell_right / 4)
     assert cells["codescope"]["acc"]["n_failed"] == 2  # the unextracted answer, in both repeats
     assert stops and all("Question:" in s for s in stops)  # MMLU-Pro's stop string reaches the request
-    assert f"| Native Qwen3-8B | **50.0** | **50.0** | **{100 * smell_right / 4:.1f}** |" in (out / "table.md").read_text()
+    assert f"| Native Qwen3-8B | **75.0** | **50.0** | **{100 * smell_right / 4:.1f}** |" in (out / "table.md").read_text()
     assert "judge: none (deterministic checkers)" in (out / "table.md").read_text()
     png, pdf = (out / "figure.png").read_bytes(), (out / "figure.pdf").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000 and pdf.startswith(b"%PDF")
@@ -119,3 +124,11 @@ def test_fig3_runs_a_loopback_policy_and_draws_the_figure(tmp_path: Path, shared
 
     pixels = matplotlib.image.imread(out / "figure.png")
     assert pixels.std() > 0.01  # not a blank image
+
+    assert worse.returncode == 0, worse.stderr[-2000:]
+    gate = subprocess.run([sys.executable, "-m", "harness", "compare", str(out), str(tmp_path / "worse"), "--margin",
+                           "1"], capture_output=True, text=True, timeout=120)
+    assert gate.returncode == 1, gate.stdout + gate.stderr  # MATH-500 fell from 75 to 0: a regression
+    verdicts = {c["benchmark"]: c["verdict"] for c in json.loads((tmp_path / "worse" / "compare.json").read_text())["cells"]}
+    assert verdicts == {"math500": "regression", "mmlu_pro": "no significant change",
+                        "codescope": "no significant change"}
