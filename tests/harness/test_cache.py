@@ -135,6 +135,30 @@ def test_a_result_with_the_wrong_number_of_branches_is_not_cached(tmp_path: Path
     assert len(backend.logprob_requests) == 2 and cache.stats().entries == 0
 
 
+def test_loglikelihoods_are_cached_by_context_and_continuation_and_failures_are_not(tmp_path: Path):
+    from harness.backends.base import LoglikelihoodRequest, LoglikelihoodResult
+    from harness.errors import Failure, FailureCategory
+
+    cache = CallCache(tmp_path / "c.sqlite")
+
+    class Scorer(ScriptedBackend):
+        async def loglikelihood(self, requests):
+            self.asked += requests
+            return [LoglikelihoodResult(None, error=Failure(FailureCategory.BACKEND, "oom")) if r.continuation == "!"
+                    else LoglikelihoodResult(-float(len(r.continuation)), r.continuation == " a", 1, False)
+                    for r in requests]
+
+    backend = Scorer()
+    backend.asked = []
+    reqs = [LoglikelihoodRequest(" a", "Q"), LoglikelihoodRequest(" bb", "Q"), LoglikelihoodRequest(" a", "P"),
+            LoglikelihoodRequest(" a", "Q", user_chat("hi")), LoglikelihoodRequest("!", "Q")]
+    first = asyncio.run(CachedBackend(backend, cache).loglikelihood(reqs))
+    second = asyncio.run(CachedBackend(backend, cache).loglikelihood(reqs))
+    assert [(r.logprob, r.greedy) for r in second[:4]] == [(r.logprob, r.greedy) for r in first[:4]]
+    assert all(r.cached for r in second[:4]) and not second[4].ok and not second[4].cached
+    assert len(backend.asked) == 6  # four distinct keys once, the failure twice
+
+
 def _writer(path: str, worker: int, n: int) -> None:
     cache = CallCache(Path(path))
     for i in range(n):

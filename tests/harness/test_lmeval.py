@@ -137,7 +137,7 @@ def test_simple_evaluate_takes_harness_lm_with_the_chat_template(task_dir: Path)
     lm = HarnessLM("smollm2-135m")
     try:
         out = lm_eval.simple_evaluate(model=lm, tasks=["harness_arith"], limit=2, apply_chat_template=True,
-                                      task_manager=TaskManager(include_path=str(task_dir)))
+                                      task_manager=TaskManager(include_path=str(task_dir), include_defaults=False))
         assert lm.calls == 2 and lm.requests["generate_until"] == 2
         [first, _] = out["samples"]["harness_arith"]
         [(context, gen_kwargs)] = first["arguments"]  # lm-eval keeps the JSON chat we gave it
