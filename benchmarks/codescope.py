@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from benchmarks import base
 from benchmarks.base import PolicyItem
-from benchmarks.scoring import Metric
+from benchmarks.scoring import checked_accuracy, checked_right
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
@@ -150,28 +150,21 @@ def _items(task: str, rows: Iterable[tuple[str, Any]], *, limit: int | None) -> 
     return items
 
 
-def _correct(record: Any) -> float:
-    return float(bool(record.scores) and record.scores[0] == 1.0)
-
-
 def _breakdown(records: Sequence[Any]) -> dict[str, Any]:
     per_task: dict[str, list[float]] = {}
     per_lang: dict[str, list[float]] = {}
     for r in records:
         task = r.meta.get("task", "?")
-        per_task.setdefault(task, []).append(_correct(r))
-        per_lang.setdefault(f"{task}/{r.meta.get('lang_cluster', '?')}", []).append(_correct(r))
+        per_task.setdefault(task, []).append(checked_right(r))
+        per_lang.setdefault(f"{task}/{r.meta.get('lang_cluster', '?')}", []).append(checked_right(r))
     return {"per_task": {k: sum(v) / len(v) for k, v in sorted(per_task.items())},
             "per_task_n": {k: len(v) for k, v in sorted(per_task.items())},
             "per_task_language": {k: sum(v) / len(v) for k, v in sorted(per_lang.items())}}
 
 
-ACCURACY = Metric(
-    "acc", "Acc.",
+ACCURACY = checked_accuracy(
     "share of answers whose label (upstream's extraction: the label named earliest) is the gold one, over code "
     "smell and code review's diff_tag; an answer naming no label is wrong, counted in n_failed",
-    _correct, lambda r: False,
-    failed=lambda r: not r.scores or bool((r.trace.get("judgment") or {}).get("unextracted")),
     details=_breakdown,
 )
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from benchmarks import base
 from benchmarks.base import PolicyItem
-from benchmarks.scoring import Metric
+from benchmarks.scoring import checked_accuracy
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
@@ -82,15 +82,9 @@ def _hub_rows() -> Iterable[tuple[str, Any]]:
     return ((f"{HUB_ID}[{HUB_SPLIT}] row {i}", row) for i, row in enumerate(rows))
 
 
-def _verified(record: Any) -> float:
-    return float(bool(record.scores) and record.scores[0] == 1.0)
-
-
-ACCURACY = Metric(
-    "acc", "Acc.",
+ACCURACY = checked_accuracy(
     "share of answers math-verify proves equal to the gold (verify(gold, answer), gold wrapped in $...$); an answer "
     "without one, or a check that timed out, is wrong (timeouts counted in n_failed)",
-    _verified, lambda r: False,
     failed=lambda r: not r.scores or r.scores[0] is None,
 )
 

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from benchmarks import base
 from benchmarks.base import PolicyItem
-from benchmarks.scoring import Metric
+from benchmarks.scoring import checked_accuracy, checked_right
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
@@ -111,26 +111,19 @@ def to_items(test: Iterable[tuple[str, Any]], validation: Sequence[Mapping[str, 
     return items
 
 
-def _correct(record: Any) -> float:
-    return float(bool(record.scores) and record.scores[0] == 1.0)
-
-
-ACCURACY = Metric(
-    "acc", "Acc.",
-    "share of questions whose extracted letter (upstream's cascade) is the gold one; no letter is wrong, counted in "
-    "n_failed (or a seeded random option with random_guess, as the official scorer)",
-    _correct, lambda r: False,
-    failed=lambda r: not r.scores or bool((r.trace.get("judgment") or {}).get("unextracted")),
-    details=lambda records: _per_category(records),
-)
-
-
 def _per_category(records: Sequence[Any]) -> dict[str, Any]:
     found: dict[str, list[float]] = {}
     for r in records:
-        found.setdefault(r.meta.get("category", "?"), []).append(_correct(r))
+        found.setdefault(r.meta.get("category", "?"), []).append(checked_right(r))
     return {"per_category": {c: sum(v) / len(v) for c, v in sorted(found.items())},
             "per_category_n": {c: len(v) for c, v in sorted(found.items())}}
+
+
+ACCURACY = checked_accuracy(
+    "share of questions whose extracted letter (upstream's cascade) is the gold one; no letter is wrong, counted in "
+    "n_failed (or a seeded random option with random_guess, as the official scorer)",
+    details=_per_category,
+)
 
 
 class MMLUPro:

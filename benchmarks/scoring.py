@@ -167,6 +167,23 @@ def top_tied(r: EvalRecord) -> bool:
     return lst is not None and int(np.count_nonzero(lst[0] == lst[0].max())) > 1
 
 
+def checked_right(r: EvalRecord) -> float:
+    """A verifiable task's record (one score from its checker): 1 when the answer was checked right, else 0."""
+    return float(bool(r.scores) and r.scores[0] == 1.0)
+
+
+def unextracted(r: EvalRecord) -> bool:
+    """A checked record with no score, or whose answer held no label or letter to extract (`judgment.unextracted`)."""
+    return not r.scores or bool((r.trace.get("judgment") or {}).get("unextracted"))
+
+
+def checked_accuracy(description: str, *, failed: Callable[[EvalRecord], bool] = unextracted,
+                     details: Callable[[Sequence[EvalRecord]], dict[str, Any]] | None = None) -> Metric:
+    """The accuracy of a verifiable task (MATH-500, MMLU-Pro, CodeScope): `checked_right` per answer, no ties,
+    `failed` counted in n_failed."""
+    return Metric("acc", "Acc.", description, checked_right, lambda r: False, failed=failed, details=details)
+
+
 def list_ndcg(r: EvalRecord) -> float:
     lst = _list(r)
     return 0.0 if lst is None else metrics.list_ndcg(*lst)
