@@ -170,7 +170,7 @@ ACCURACY = checked_accuracy(
 
 
 class CodeScope:
-    """CodeScope's exact-match tasks: code smell and code review's diff_tag (see the module docstring)."""
+    """CodeScope's exact-match tasks: code smell and code review's diff_tag, by upstream's label extraction."""
 
     name = "codescope"
     display = "CodeScope"
