@@ -267,7 +267,7 @@ def run_lm_eval(model: str, tasks: Sequence[str], out: Path, *, include_path: Pa
     from lm_eval.utils import handle_non_serializable, make_table
 
     from harness.records import LMEvalSampleRecord
-    from harness.runstore import Output, OutputPaths, write_json_atomic, write_text_atomic
+    from harness.runstore import Output, OutputPaths, package_versions, write_json_atomic, write_text_atomic
 
     if include_path is not None and not Path(include_path).is_dir():
         raise ConfigError(f"--include-path {include_path}: not a directory")
@@ -281,7 +281,7 @@ def run_lm_eval(model: str, tasks: Sequence[str], out: Path, *, include_path: Pa
     lm = HarnessLM(model, options=options, no_cache=no_cache, seed=seed)
     settings = {"model": model, "identity": lm.backend.identity(), "tasks": list(tasks), "limit": limit,
                 "num_fewshot": num_fewshot, "chat_template": chat_template, "seed": seed,
-                "include_path": _fingerprint(include_path), "lm_eval": _version("lm_eval")}
+                "include_path": _fingerprint(include_path), "lm_eval": package_versions(["lm_eval"])["lm_eval"]}
     paths = OutputPaths.run_dir(out)
     output = Output(paths, LMEvalSampleRecord, command="lm-eval", settings=settings,
                     config={"backend": _options_json(options), "no_cache": no_cache,
@@ -333,11 +333,3 @@ def _options_json(options: BackendOptions | None) -> dict[str, Any]:
 
     return dataclasses.asdict(options) if options is not None else {}
 
-
-def _version(name: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
