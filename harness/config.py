@@ -89,8 +89,49 @@ def backend_options(values: dict[str, Any], *, where: str):
     try:
         return TypeAdapter(BackendOptions).validate_python(dict(values))
     except ValidationError as exc:
-        problems = "; ".join(f"backend.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{where}: {problems}") from None
+        raise ConfigError(f"{where}: {validation_problems(exc, prefix='backend.')}") from None
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML parser's error on one line: what and where (line and column, 1-based), without the source
+    excerpt PyYAML prints over several lines."""
+    mark = getattr(exc, "problem_mark", None)
+    what = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    context = getattr(exc, "context", None)
+    if context:
+        what = f"{what} ({' '.join(str(context).split())})"
+    return f"{what} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else what
+
+
+def read_yaml_mapping(path: Path, *, what: str) -> dict[str, Any]:
+    """A YAML file holding a mapping of settings (an empty file is an empty mapping).
+
+    Raises:
+        ConfigError: one line naming the file and what is wrong with it (unreadable, not UTF-8, not YAML, not a
+            mapping).
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: the {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: the {what} is not valid YAML: {yaml_problem(exc)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a {what} is a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def validation_problems(exc: ValidationError, *, prefix: str = "") -> str:
+    """Pydantic's errors on one line: `KEY.PATH: message` for each, `prefix` before every key."""
+    found = []
+    for e in exc.errors():
+        message = str(e["msg"]).removeprefix("Value error, ")
+        found.append(f"{prefix}{'.'.join(map(str, e['loc']))}: {' '.join(message.split())}")
+    return "; ".join(found)
 
 
 def load_config_file(path: Path, model: type[BaseModel], *, what: str,
@@ -100,18 +141,12 @@ def load_config_file(path: Path, model: type[BaseModel], *, what: str,
     Raises:
         ConfigError: naming the file and the offending keys.
     """
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the {what} ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a {what} is a mapping of settings")
+    data = read_yaml_mapping(path, what=what)
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         return model(**data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(f"{path}: {validation_problems(exc)}") from None
 
 
 def load_run_config(path: Path | None, overrides: dict[str, Any]) -> RunConfig:
@@ -120,22 +155,11 @@ def load_run_config(path: Path | None, overrides: dict[str, Any]) -> RunConfig:
     Raises:
         ConfigError: naming the file and the offending keys.
     """
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{path}: cannot read config ({exc})") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the config must be a mapping of settings")
-        data.update(loaded)
+    data = read_yaml_mapping(path, what="config") if path is not None else {}
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         config = RunConfig(**data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path or 'command line'}: {problems}") from None
+        raise ConfigError(f"{path or 'command line'}: {validation_problems(exc)}") from None
     backend_options(config.backend, where=str(path or "command line"))
     return config

@@ -106,6 +106,24 @@ class OutputLock:
             return "a process that has not written its pid yet"
         return f"pid {info['pid']} on {info.get('host', '?')}, `{info.get('command', '?')}`, since {info.get('since', '?')}"
 
+    def live_holder(self) -> str | None:
+        """Who is writing the output now, without touching the lock (a reader must never make a writer fail):
+        the holder recorded in the lock file when its process is alive on this host, else None."""
+        try:
+            info = json.loads(self.path.read_text(encoding="utf-8") or "{}")
+        except (OSError, ValueError):
+            return None
+        pid = info.get("pid")
+        if not isinstance(pid, int) or info.get("host") != socket.gethostname():
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None  # killed without releasing: the lock died with it
+        except PermissionError:
+            pass  # alive, another user's
+        return self.holder()
+
     def release(self) -> None:
         if self._fh is None:
             return

@@ -41,9 +41,17 @@ def lookup(kind: str, name: str) -> Any:
     """
     table = _REGISTRY.get(kind, {})
     if name not in table:
-        valid = ", ".join(sorted(table)) or "(none)"
-        raise ConfigError(f"unknown {kind} {name!r}; valid: {valid}")
+        raise ConfigError(f"unknown {kind} {name!r}{did_you_mean(name, table)}; valid: "
+                          f"{', '.join(sorted(table)) or '(none)'}")
     return table[name]
+
+
+def did_you_mean(name: str, choices: Any) -> str:
+    """` (did you mean X?)` for the closest of `choices` to a misspelt `name`, else an empty string."""
+    import difflib
+
+    close = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def names(kind: str) -> list[str]:

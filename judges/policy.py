@@ -127,13 +127,29 @@ def build_judge(benchmark: str, backend: Backend, settings: Mapping[str, Any] | 
     return _judge_class(benchmark)(backend, **settings)
 
 
+def item_fields(benchmark: str, item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+    """What every record of `item` carries, judged or not: the `meta` its metrics group by (category, domain,
+    position) and the `trace` fields they read beside the scores (WildBench's tags). A record whose answer
+    failed at the backend carries them too, so a metric can count it in `n_failed` instead of losing it."""
+    return _ITEM_FIELDS[benchmark](item)
+
+
 def read_judgment(benchmark: str, item: PolicyItem, judged_text: str, judgment: Any) -> Judged:
-    """The record's part of one judgment (see the module docstring for each benchmark's scores)."""
-    return _READERS[benchmark](item, judged_text, judgment)
+    """The record's part of one judgment (see the module docstring for each benchmark's scores), with the
+    item's own fields (`item_fields`)."""
+    meta, trace = item_fields(benchmark, item)
+    scores, judged_trace, failures = _READERS[benchmark](item, judged_text, judgment)
+    return Judged(scores, meta, {**trace, **judged_trace}, failures)
 
 
-def _alpaca(item: PolicyItem, text: str, j: Any) -> Judged:
-    meta = {"index": str(item.meta["index"]), "dataset": str(item.meta.get("dataset", ""))}
+_Read = tuple[tuple[float | None, ...], dict[str, Any], tuple[tuple[str, Failure], ...]]
+
+
+def _alpaca_fields(item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+    return {"index": str(item.meta["index"]), "dataset": str(item.meta.get("dataset", ""))}, {}
+
+
+def _alpaca(item: PolicyItem, text: str, j: Any) -> _Read:
     trace = {
         "judgment": {"preference": j.preference, "policy_first": j.policy_first, "mode": j.mode, "raw": j.raw},
         # What alpaca_eval's length-controlled GLM reads (`judges.alpaca.length_controlled`).
@@ -141,70 +157,92 @@ def _alpaca(item: PolicyItem, text: str, j: Any) -> Judged:
                        "generator_1": item.meta.get("reference_generator", "reference"), "output_2": text},
     }
     failures = (("judge", j.failure),) if j.failure is not None else ()
-    return Judged((j.preference,), meta, trace, failures)
+    return (j.preference,), trace, failures
 
 
-def _arena(item: PolicyItem, text: str, j: Any) -> Judged:
-    del text
+def _arena_fields(item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+    return {"uid": str(item.meta["uid"]), "category": str(item.meta["category"])}, {}
+
+
+def _arena(item: PolicyItem, text: str, j: Any) -> _Read:
+    del item, text
     scores = []
     for game in j.games:
         scores.append(None if game.verdict is None else sum(game.model_outcomes()) / len(game.model_outcomes()))
-    meta = {"uid": str(item.meta["uid"]), "category": str(item.meta["category"])}
     failures = tuple((f"judge game {n}", f) for n, f in enumerate(j.failures, start=1) if f is not None)
-    return Judged(tuple(scores), meta, {"judgment": j.to_json()}, failures)
+    return tuple(scores), {"judgment": j.to_json()}, failures
 
 
-def _wildbench(item: PolicyItem, text: str, j: Any) -> Judged:
+def _wildbench_fields(item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+    meta = {"session_id": str(item.meta.get("session_id", item.id)), "primary_tag": str(item.meta["primary_tag"])}
+    return meta, {"tags": [item.meta["primary_tag"], *item.meta["secondary_tags"]]}
+
+
+def _wildbench(item: PolicyItem, text: str, j: Any) -> _Read:
     from judges.wildbench import counts_in_groups
 
-    tags = [item.meta["primary_tag"], *item.meta["secondary_tags"]]
-    meta = {"session_id": str(item.meta.get("session_id", item.id)), "primary_tag": str(item.meta["primary_tag"])}
+    del item
     trace: dict[str, Any] = {
         "judgment": {"score": j.score, "judged": j.judged, "raw": j.raw},
-        "tags": tags,
         "in_groups": counts_in_groups(j.shown),
         "shown_chars": len(j.shown.strip()),
     }
     if j.shown != text:
         trace["shown"] = j.shown
     failures = (("judge", j.failure),) if j.failure is not None else ()
-    return Judged((j.score,), meta, trace, failures)
+    return (j.score,), trace, failures
 
 
-def _writingbench(item: PolicyItem, text: str, j: Any) -> Judged:
+def _writingbench_fields(item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+    meta = {"index": str(item.meta.get("index", item.id)), "domain1": str(item.meta.get("domain1", "")),
+            "domain2": str(item.meta.get("domain2", ""))}
+    return meta, {"criteria": [c["name"] for c in item.meta["criteria"]]}
+
+
+def _writingbench(item: PolicyItem, text: str, j: Any) -> _Read:
     del text
     names = [c["name"] for c in item.meta["criteria"]]
     scores = tuple(None if j.scores.get(n) is None else float(j.scores[n]) for n in names)
-    meta = {"index": str(item.meta.get("index", item.id)), "domain1": str(item.meta.get("domain1", "")),
-            "domain2": str(item.meta.get("domain2", ""))}
     failures = tuple((f"judge criterion {n!r}", f) for n, f in j.failures.items())
-    return Judged(scores, meta, {"judgment": j.to_json(), "criteria": names}, failures)
+    return scores, {"judgment": j.to_json()}, failures
 
 
-def _math(item: PolicyItem, text: str, j: Any) -> Judged:
-    del text
+def _math_fields(item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+    return {"subject": str(item.meta.get("subject", "")), "level": str(item.meta.get("level", ""))}, {}
+
+
+def _math(item: PolicyItem, text: str, j: Any) -> _Read:
+    del item, text
     score = None if j.verified is None else float(j.verified)
-    meta = {"subject": str(item.meta.get("subject", "")), "level": str(item.meta.get("level", ""))}
     trace = {"judgment": {"verified": j.verified, "gold_parsed": j.gold_parsed, "answer_parsed": j.answer_parsed}}
     failures = (("check", j.failure),) if j.failure is not None else ()
-    return Judged((score,), meta, trace, failures)
+    return (score,), trace, failures
 
 
-def _letter(item: PolicyItem, text: str, j: Any) -> Judged:
+def _letter_fields(item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+    return {"category": str(item.meta.get("category", ""))}, {}
+
+
+def _letter(item: PolicyItem, text: str, j: Any) -> _Read:
     del text
-    meta = {"category": str(item.meta.get("category", ""))}
     trace = {"judgment": {"letter": j.letter, "gold": item.meta["answer"], "unextracted": j.letter is None,
                           "guessed": j.guessed}}
-    return Judged((float(j.correct),), meta, trace)
+    return (float(j.correct),), trace, ()
 
 
-def _label(item: PolicyItem, text: str, j: Any) -> Judged:
+def _label_fields(item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+    return {"task": str(item.meta["task"]), "lang_cluster": str(item.meta.get("lang_cluster", ""))}, {}
+
+
+def _label(item: PolicyItem, text: str, j: Any) -> _Read:
     del text
-    meta = {"task": str(item.meta["task"]), "lang_cluster": str(item.meta.get("lang_cluster", ""))}
     trace = {"judgment": {"label": j.label, "gold": item.meta["gold"], "unextracted": j.label is None}}
-    return Judged((float(j.correct),), meta, trace)
+    return (float(j.correct),), trace, ()
 
 
+_ITEM_FIELDS = {"alpaca_eval2": _alpaca_fields, "arena_hard_v2": _arena_fields, "wildbench": _wildbench_fields,
+                "writingbench": _writingbench_fields, "math500": _math_fields, "mmlu_pro": _letter_fields,
+                "codescope": _label_fields}
 _READERS = {"alpaca_eval2": _alpaca, "arena_hard_v2": _arena, "wildbench": _wildbench,
             "writingbench": _writingbench, "math500": _math, "mmlu_pro": _letter,
             "codescope": _label}

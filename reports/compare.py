@@ -5,8 +5,9 @@ within a row the records by (benchmark, item, repeat); only complete repeats cou
 the benchmark declares (`Benchmark.metrics`) is compared.
 
 Per cell (row, benchmark, metric):
-- each item's value is its per-item contribution averaged over the repeats; the run's value is the benchmark's
-  aggregate of them (the weighted mean its metric declares: AVG@k of the table);
+- each item's value is its per-item contribution averaged over the repeats (weighted by the repeats' item
+  weights where the metric has them); the run's value is the benchmark's aggregate of them (the weighted mean
+  its metric declares: AVG@k of the table);
 - the difference candidate - base with a paired percentile bootstrap interval over items (both runs resampled
   with the same items; 1,000 resamples, 95%, seed 0 by default);
 - for strict accuracies (per-item values 0/1) McNemar's exact test on the discordant (item, repeat) pairs,
@@ -24,13 +25,19 @@ evaluator's generator, a reward model), and every other model (the verifier, a j
 backend options, identity), the judge settings, the generation settings and the loaders' options must agree.
 Anything else is reported as a difference, and the gate exits 2.
 
-Judged policy metrics compare their per-item values where both runs judged the item (a failed judgment weighs
-0); a metric whose value is a model fit (AlpacaEval's length-controlled win rate) is gated through its per-item
-stand-in (the win rate) and not compared itself.
+Failures are first-class. Judged policy metrics (a failed judgment or answer weighs 0) pair only the items both
+runs scored; the cell says how many were dropped, and where a printed value differs from the run's own
+results.json (dropped items, or upstream's aggregate where the benchmark has one) `compare.md` gives both and
+why. Other metrics count a failure as its worst value on its side (wrong), so every item pairs. A cell where
+either run holds a failure of the backend (the resume rule retries it: the run is unfinished) is *incomplete*;
+one with no item scored on both sides is *unscored*; neither passes the gate. A metric whose value is a model
+fit (AlpacaEval's length-controlled win rate) is gated through its per-item stand-in (the win rate) and not
+compared itself. A run still being written is refused, naming the process that writes it.
 
-Config (`--config FILE`, YAML): `margin` (points), `margins` (per `BENCHMARK` or `BENCHMARK.METRIC`),
-`n_resamples`, `alpha`, `seed`. Outputs: `compare.json` and `compare.md`. Exit code: 1 if any cell regresses, 2 if
-the runs are not comparable, else 0.
+Config (`--config FILE`, YAML): `margin` (points), `margins` (per `BENCHMARK` or `BENCHMARK.METRIC`, each a
+registered benchmark and a metric it declares), `n_resamples`, `alpha`, `seed`. Outputs: `compare.json` and
+`compare.md`. Exit code: 2 if the runs are not comparable, else 1 if any cell regresses, else 3 if any cell is
+incomplete or unscored, else 0.
 """
 
 from __future__ import annotations
@@ -42,17 +49,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from benchmarks import metrics
-from benchmarks.scoring import Metric
+from benchmarks.scoring import Metric, Unavailable, metric_of
 from harness.errors import ConfigError
+from harness.lock import OutputLock
 from harness.records import EvalRecord
 from harness.runstore import Manifest, OutputPaths, RecordLog, write_json_atomic, write_text_atomic
 from reports.results import benchmark
 
-Verdict = Literal["regression", "improvement", "no significant change"]
-EXIT_OK, EXIT_REGRESSION, EXIT_INCOMPARABLE = 0, 1, 2
+Verdict = Literal["regression", "improvement", "no significant change", "incomplete", "unscored"]
+EXIT_OK, EXIT_REGRESSION, EXIT_INCOMPARABLE, EXIT_UNGATED = 0, 1, 2, 3
+UNGATED: tuple[Verdict, ...] = ("incomplete", "unscored")
+"""Verdicts of cells the gate could not judge; any of them makes the gate exit 3, never 0."""
 
 
 class CompareConfig(BaseModel):
@@ -65,6 +75,22 @@ class CompareConfig(BaseModel):
     n_resamples: int = Field(1000, ge=100)
     alpha: float = Field(0.05, gt=0, lt=1, description="Two-sided: the interval covers 1 - alpha.")
     seed: int = 0
+
+    @field_validator("margins")
+    @classmethod
+    def _known_cells(cls, margins: dict[str, float]) -> dict[str, float]:
+        """Every key names a benchmark (and a metric it declares): a misspelt one would be ignored silently."""
+        for key, value in margins.items():
+            name, _, metric = key.partition(".")
+            try:
+                found = benchmark(name)
+                if metric:
+                    metric_of(found, metric)
+            except (ConfigError, KeyError) as exc:
+                raise ValueError(f"{key!r}: {exc.args[0]}") from None
+            if value < 0:
+                raise ValueError(f"{key!r}: a margin is >= 0 points, got {value}")
+        return margins
 
     def margin_for(self, bench: str, metric: str) -> float:
         return self.margins.get(f"{bench}.{metric}", self.margins.get(bench, self.margin))
@@ -89,27 +115,39 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """One (row, benchmark, metric) comparison."""
+    """One (row, benchmark, metric) comparison. Values are unscaled (a fraction for accuracies) and None for an
+    `unscored` cell."""
 
     row: str
     benchmark: str
     metric: str
-    base: float
-    """Base run's value (unscaled: a fraction for accuracies)."""
-    candidate: float
-    diff: float
+    base: float | None
+    """Base run's value over the paired items."""
+    candidate: float | None
+    diff: float | None
     """candidate - base."""
-    ci_low: float
-    ci_high: float
+    ci_low: float | None
+    ci_high: float | None
     """Paired bootstrap interval of `diff`."""
     margin: float
     """In points (0-100 scale)."""
     verdict: Verdict
     n_items: int
     repeats: int
+    paired: int
+    """Items scored on both sides (the values and the interval are over these)."""
+    dropped: int
+    """Items left out because a side could not score them (`n_items - paired`)."""
     base_failed: int
     candidate_failed: int
-    """Records that could not be scored (over all repeats)."""
+    """Records the metric counts in n_failed (over all repeats)."""
+    base_to_retry: int
+    candidate_to_retry: int
+    """Records holding a failure of the backend, which a rerun of that run's command retries."""
+    base_reported: float | None
+    candidate_reported: float | None
+    """Each run's value as its own results.json reports it (all its records of the cell; upstream's aggregate
+    where the benchmark has one), None where it has none."""
     mcnemar: dict[str, Any] | None = None
     """For strict accuracies: `base_only` (right in base only), `candidate_only`, `p` (exact, two-sided)."""
 
@@ -132,7 +170,9 @@ class Comparison:
     def exit_code(self) -> int:
         if self.differences:
             return EXIT_INCOMPARABLE
-        return EXIT_REGRESSION if any(c.verdict == "regression" for c in self.cells) else EXIT_OK
+        if any(c.verdict == "regression" for c in self.cells):
+            return EXIT_REGRESSION
+        return EXIT_UNGATED if any(c.verdict in UNGATED for c in self.cells) else EXIT_OK
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -143,6 +183,7 @@ class Comparison:
             "exit_code": self.exit_code,
             "regressions": sum(c.verdict == "regression" for c in self.cells),
             "improvements": sum(c.verdict == "improvement" for c in self.cells),
+            "ungated": sum(c.verdict in UNGATED for c in self.cells),
             "config": self.config,
             "cells": [asdict(c) for c in self.cells],
         }
@@ -159,6 +200,10 @@ def read_run(path: Path, what: str) -> Run:
     paths = OutputPaths.run_dir(path)
     if not paths.manifest.is_file():
         raise ConfigError(f"{what} {path}: not a run directory (no manifest.json)")
+    holder = OutputLock(paths.lock, what=str(path)).live_holder()
+    if holder is not None:
+        raise ConfigError(f"{what} {path} is being written by another harness process ({holder}); compare it "
+                          "when that run has finished")
     manifest = Manifest(paths.manifest).read()
     if manifest.get("command") not in ("run", "eval") or "rows" not in manifest:
         raise ConfigError(f"{what} {path}: the manifest is of `harness {manifest.get('command', '?')}`, not of a run")
@@ -266,49 +311,90 @@ def _verdict(lo: float, hi: float, margin: float, higher_is_better: bool) -> Ver
     return "regression" if worse else "improvement" if better else "no significant change"
 
 
+@dataclass(frozen=True, slots=True)
+class _Side:
+    """One run's records of a cell, as the gate pairs them: per item its value over the repeats and its weight
+    (None: every item counts the same, a failure as its worst value)."""
+
+    values: np.ndarray
+    weights: np.ndarray | None
+    failed: int
+    """Records the metric counts in `n_failed`."""
+    to_retry: int
+    """Records holding a failure of the backend: the run is unfinished, its rerun retries them."""
+    reported: float | None
+    """The metric as the run's own results.json reports it over all of its records of the cell."""
+
+
+def _side(metric: Metric, records: Mapping, items: list[str], repeats: list[int]) -> _Side:
+    from harness.loop import settled
+
+    per_repeat = [[records[(i, r)] for i in items] for r in repeats]
+    values = np.array([metric.values(recs) for recs in per_repeat])  # repeats x items
+    weights = None
+    if metric.weights is not None:
+        w = np.array([metric.item_weights(recs) for recs in per_repeat])
+        total = w.sum(axis=0)
+        # An item's value is its weighted mean over the repeats that scored it; its weight their mean weight.
+        values = np.divide((values * w).sum(axis=0), total, out=np.zeros(len(items)), where=total > 0)
+        weights = total / len(repeats)
+    else:
+        values = values.mean(axis=0)
+    return _Side(
+        values, weights,
+        failed=sum(metric.failed(r) for r in records.values()),
+        to_retry=sum(not settled(r) for r in records.values()),
+        reported=_reported(metric, per_repeat),
+    )
+
+
+def _reported(metric: Metric, per_repeat: list[list[EvalRecord]]) -> float | None:
+    """AVG@k of the metric as `reports.results` computes it for results.json (None: it has no value there)."""
+    try:
+        return float(np.mean([metric.result(recs, seed=0).value for recs in per_repeat]))
+    except (ValueError, Unavailable):
+        return None
+
+
 def compare_cell(
     label: str, bench: str, metric: Metric, base: Mapping, cand: Mapping, cfg: CompareConfig
 ) -> Cell:
-    """One cell from the two runs' records keyed by (item, repeat) (the same keys on both sides)."""
+    """One cell from the two runs' records keyed by (item, repeat) (the same keys on both sides).
+
+    Items pair where both sides scored them: for a metric that weighs a failure 0 (a judged policy metric), an
+    item failed on either side is dropped from both and counted in `dropped`; elsewhere a failure is its worst
+    value on its side (counted wrong) and every item pairs. A side with records a rerun would retry makes the
+    cell `incomplete`; a cell with no item scored on both sides is `unscored`: neither passes the gate.
+    """
     keys = sorted(base)
     items = sorted({item for item, _ in keys})
     repeats = sorted({repeat for _, repeat in keys})
-    b_val = {k: metric.per_item(base[k]) for k in keys}
-    c_val = {k: metric.per_item(cand[k]) for k in keys}
-    b_items = np.array([np.mean([b_val[(i, r)] for r in repeats]) for i in items])
-    c_items = np.array([np.mean([c_val[(i, r)] for r in repeats]) for i in items])
-    weights = metric.item_weights([base[(i, repeats[0])] for i in items])
-    c_weights = metric.item_weights([cand[(i, repeats[0])] for i in items])
-    if weights is not None and c_weights is not None:
-        # Judged policy metrics weigh a failed judgment 0: an item counts where both runs could judge it.
-        weights = np.where(c_weights > 0, weights, 0.0)
-    b_agg, c_agg = metrics.weighted_mean(b_items, weights), metrics.weighted_mean(c_items, weights)
-    lo, hi = metrics.paired_bootstrap_ci(
-        b_items, c_items, weights=weights, n_resamples=cfg.n_resamples, alpha=cfg.alpha, seed=cfg.seed
-    )
+    b, c = _side(metric, base, items, repeats), _side(metric, cand, items, repeats)
+    weights = None
+    if b.weights is not None and c.weights is not None:
+        weights = np.where(c.weights > 0, b.weights, 0.0)
+    paired = len(items) if weights is None else int(np.count_nonzero(weights > 0))
     margin = cfg.margin_for(bench, metric.name)
+    counts = dict(n_items=len(items), repeats=len(repeats), paired=paired, dropped=len(items) - paired,
+                  base_failed=b.failed, candidate_failed=c.failed, base_to_retry=b.to_retry,
+                  candidate_to_retry=c.to_retry, base_reported=b.reported, candidate_reported=c.reported)
+    if not paired:
+        verdict: Verdict = "incomplete" if b.to_retry or c.to_retry else "unscored"
+        return Cell(label, bench, metric.name, None, None, None, None, None, margin, verdict, **counts)
+    b_agg, c_agg = metrics.weighted_mean(b.values, weights), metrics.weighted_mean(c.values, weights)
+    lo, hi = metrics.paired_bootstrap_ci(
+        b.values, c.values, weights=weights, n_resamples=cfg.n_resamples, alpha=cfg.alpha, seed=cfg.seed
+    )
+    verdict = "incomplete" if b.to_retry or c.to_retry else _verdict(lo, hi, margin, metric.higher_is_better)
     test = None
     if metric.binary:
+        b_val = {k: metric.per_item(base[k]) for k in keys}
+        c_val = {k: metric.per_item(cand[k]) for k in keys}
         base_only = sum(b_val[k] > c_val[k] for k in keys)
         cand_only = sum(c_val[k] > b_val[k] for k in keys)
         test = {"base_only": base_only, "candidate_only": cand_only, "p": metrics.mcnemar_exact(base_only, cand_only)}
-    return Cell(
-        row=label,
-        benchmark=bench,
-        metric=metric.name,
-        base=b_agg,
-        candidate=c_agg,
-        diff=c_agg - b_agg,
-        ci_low=lo,
-        ci_high=hi,
-        margin=margin,
-        verdict=_verdict(lo, hi, margin, metric.higher_is_better),
-        n_items=len(items),
-        repeats=len(repeats),
-        base_failed=sum(metric.failed(r) for r in base.values()),
-        candidate_failed=sum(metric.failed(r) for r in cand.values()),
-        mcnemar=test,
-    )
+    return Cell(label, bench, metric.name, b_agg, c_agg, c_agg - b_agg, lo, hi, margin, verdict, mcnemar=test,
+                **counts)
 
 
 def compare_runs(base_dir: Path, cand_dir: Path, cfg: CompareConfig | None = None) -> Comparison:
@@ -335,12 +421,8 @@ def compare_runs(base_dir: Path, cand_dir: Path, cfg: CompareConfig | None = Non
                     continue
                 b_in = {k: r for k, r in b.items() if metric.applies is None or metric.applies(r)}
                 c_in = {k: r for k, r in c.items() if k in b_in}
-                if not b_in:
-                    continue
-                weights = metric.item_weights(list(b_in.values()))
-                if weights is not None and not weights.sum() > 0:
-                    continue  # nothing judged in BASE: no value to compare
-                result.cells.append(compare_cell(label, bench, metric, b_in, c_in, cfg))
+                if b_in:
+                    result.cells.append(compare_cell(label, bench, metric, b_in, c_in, cfg))
     return result
 
 
@@ -348,34 +430,71 @@ def render_markdown(result: Comparison) -> str:
     lines = [f"### Comparison: {result.candidate} against {result.base}", ""]
     if result.differences:
         lines += ["**Not comparable** (exit 2):", ""] + [f"- {d}" for d in result.differences] + [""]
-    regressions = [c for c in result.cells if c.verdict == "regression"]
+    count = {v: sum(c.verdict == v for c in result.cells) for v in ("regression", "improvement")}
+    ungated = sum(c.verdict in UNGATED for c in result.cells)
     lines.append(
-        f"{len(result.cells)} cells: {len(regressions)} regressions, "
-        f"{sum(c.verdict == 'improvement' for c in result.cells)} improvements; exit code {result.exit_code}."
+        f"{len(result.cells)} cells: {count['regression']} regressions, {count['improvement']} improvements, "
+        f"{ungated} not gated (incomplete or unscored); exit code {result.exit_code}."
     )
     lines += [
         "",
-        "| Row | Benchmark | Metric | Base | Cand | Diff (points) | 95% CI (points) | Margin | McNemar p | Verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| Row | Benchmark | Metric | Base | Cand | Diff (points) | 95% CI (points) | Margin | McNemar p | "
+        "Items paired | Failed (B/C) | Verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    notes = []
     for c in result.cells:
         bench = benchmark(c.benchmark)
         metric = next(m for m in bench.metrics if m.name == c.metric)
         p = f"{c.mcnemar['p']:.3g} ({c.mcnemar['base_only']}/{c.mcnemar['candidate_only']})" if c.mcnemar else "-"
         verdict = f"**{c.verdict}**" if c.verdict != "no significant change" else c.verdict
+        diff, ci = "-", "-"
+        if c.diff is not None:
+            diff, ci = f"{c.diff * 100:+.2f}", f"[{c.ci_low * 100:+.2f}, {c.ci_high * 100:+.2f}]"  # type: ignore
         lines.append(
             f"| {c.row} | {bench.display} | {metric.display} | {metric.format(c.base)} | "
-            f"{metric.format(c.candidate)} | {c.diff * 100:+.2f} | [{c.ci_low * 100:+.2f}, {c.ci_high * 100:+.2f}] | "
-            f"{c.margin:g} | {p} | {verdict} |"
+            f"{metric.format(c.candidate)} | {diff} | {ci} | {c.margin:g} | {p} | {c.paired}/{c.n_items} | "
+            f"{c.base_failed}/{c.candidate_failed} | {verdict} |"
         )
+        notes += _cell_notes(c, metric, f"{c.row} / {bench.display} {metric.display}")
+    if notes:
+        lines += ["", "Failures and differences from the runs' own results:", ""] + [f"- {n}" for n in notes]
     cfg = result.config
     lines += [
         "",
         f"Paired bootstrap over items ({cfg['n_resamples']} resamples, {1 - cfg['alpha']:.0%}, seed {cfg['seed']}); "
-        "repeats averaged per item first. Points: differences x 100 (accuracy points; nDCG x 100). McNemar: exact "
-        "two-sided, discordant (item, repeat) pairs as base-only/candidate-only right.",
+        "repeats averaged per item first; a metric that weighs a failed judgment 0 pairs only the items both runs "
+        "scored, others count a failure wrong on its side. Points: differences x 100 (accuracy points; nDCG x "
+        "100). McNemar: exact two-sided, discordant (item, repeat) pairs as base-only/candidate-only right. Failed: "
+        "records counted in n_failed (all repeats). Exit 3: a cell is incomplete (a run holds failures of the "
+        "backend: rerun its command to retry them) or unscored (no item scored on both sides).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _cell_notes(c: Cell, metric: Metric, where: str) -> list[str]:
+    """What a reader of one cell must know besides its numbers: failures to retry, dropped items, and where a
+    printed value is not the run's own results.json value (and why)."""
+    notes = []
+    for side, to_retry in (("BASE", c.base_to_retry), ("CAND", c.candidate_to_retry)):
+        if to_retry:
+            notes.append(f"{where}: {side} holds {to_retry} record(s) with a failure of the backend: incomplete; "
+                         "rerun its command to retry them")
+    if not c.paired:
+        notes.append(f"{where}: no item was scored on both sides ({c.base_failed} failed in BASE, "
+                     f"{c.candidate_failed} in CAND)")
+        return notes
+    dropped = f"{c.dropped} of {c.n_items} item(s) dropped (not scored on both sides)" if c.dropped else ""
+    for side, shown, reported in (("BASE", c.base, c.base_reported), ("CAND", c.candidate, c.candidate_reported)):
+        if reported is None or metric.format(shown) == metric.format(reported):
+            continue
+        why = dropped or "its results.json gives upstream's aggregate, the gate the weighted mean of the items"
+        notes.append(f"{where}: {side} is {metric.format(shown)} over the paired items and "
+                     f"{metric.format(reported)} in its results.json ({why})")
+        dropped = ""
+    if dropped:
+        notes.append(f"{where}: {dropped}")
+    return notes
 
 
 def write_comparison(result: Comparison, out_dir: Path) -> None:
@@ -391,22 +510,14 @@ def load_config(path: Path | None, *, margin: float | None) -> CompareConfig:
     Raises:
         ConfigError: an unreadable file or an invalid key, naming the file.
     """
-    import yaml
     from pydantic import ValidationError
 
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{path}: cannot read the compare config: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a compare config is a mapping (margin, margins, n_resamples, alpha, seed)")
+    from harness.config import read_yaml_mapping, validation_problems
+
+    data = read_yaml_mapping(path, what="compare config") if path is not None else {}
     if margin is not None:
         data["margin"] = margin
     try:
         return CompareConfig(**data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise ConfigError(f"{path or '--margin'}: {where}: {err['msg']}") from None
+        raise ConfigError(f"{path or '--margin'}: {validation_problems(exc)}") from None

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from harness.errors import HarnessError, Interrupted, NotImplementedYetError
-from harness.redact import redact_text
+from harness.redact import RedactingStream, redact_text
 
 app = typer.Typer(
     help="Evaluate and train LLM evaluators and policies with DynamicRubric.",
@@ -616,16 +616,22 @@ def compare(
 
     Rows match by label, records by (benchmark, item, repeat). Per cell and declared metric: the difference with a
     paired bootstrap interval over items, McNemar's exact test for strict accuracies, and a verdict (regression
-    when the whole interval is below -margin). Exit code 1 when any cell regresses, 2 when the runs are not
-    comparable (other items, data, verifier or settings: the message says which), else 0.
+    when the whole interval is below -margin). Failures are counted per cell on both sides. Exit code 1 when any
+    cell regresses; 2 when the runs are not comparable (other items, data, verifier or settings: the message
+    says which); 3 when a cell cannot be gated (a run still holds failures of the backend that its rerun would
+    retry, or no item was scored on both sides); else 0.
     """
-    from reports.compare import compare_runs, load_config, render_markdown, write_comparison
+    from reports.compare import UNGATED, compare_runs, load_config, render_markdown, write_comparison
 
     result = compare_runs(base_run, cand_run, load_config(config, margin=margin))
     write_comparison(result, out or cand_run)
     typer.echo(render_markdown(result))
     if result.differences:
-        typer.echo("runs are not comparable: " + "; ".join(result.differences), err=True)
+        typer.echo("error: runs are not comparable: " + "; ".join(result.differences), err=True)
+    ungated = [f"{c.row} / {c.benchmark} {c.metric} ({c.verdict})" for c in result.cells if c.verdict in UNGATED]
+    if ungated and not result.differences:
+        typer.echo(f"not gated: {len(ungated)} cell(s): {'; '.join(ungated[:5])}{' ...' if len(ungated) > 5 else ''}"
+                   "; finish the runs (rerun their commands) and compare again", err=True)
     raise typer.Exit(result.exit_code)
 
 
@@ -979,6 +985,8 @@ def main() -> None:
     line, before any model call where it can be known then); 130 interrupted (what was saved is printed).
     """
     debug = _state["debug"] or "--debug" in sys.argv
+    # Whatever a verb prints passes one filter: an API key a backend registered is masked (`harness.redact`).
+    sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
     try:
         app()
     except Interrupted as exc:

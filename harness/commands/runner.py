@@ -162,9 +162,13 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
     from benchmarks import register_all
     from judges import load_evaluator
 
-    from harness.registry import lookup
+    from harness.registry import did_you_mean, lookup
 
     register_all()
+    stray = sorted(set(plan.bench_options) - set(plan.benchmarks))
+    if stray:  # a misspelt name would be recorded in the manifest and silently ignored
+        raise ConfigError(f"bench_options: {stray[0]!r} is not a benchmark of this run"
+                          f"{did_you_mean(stray[0], plan.benchmarks)}; its benchmarks: {', '.join(plan.benchmarks)}")
     ready = Prepared()
     for name in plan.benchmarks:
         kind = lookup("benchmark", name).kind
@@ -205,11 +209,13 @@ def _build_rows(plan: RunPlan, ready: Prepared, into: dict[str, Any], what: str,
 def _prepare_policies(plan: RunPlan, pool: Any, ready: Prepared) -> Prepared:
     from judges.policy import JUDGED_BENCHMARKS, build_judge
 
+    from harness.registry import did_you_mean
+
     assert plan.judge is not None
     unknown = sorted(set(plan.judge.settings) - set(JUDGED_BENCHMARKS))
     if unknown:
-        raise ConfigError(f"judge_settings names {', '.join(unknown)}, which no judge reads; judged: "
-                          f"{', '.join(JUDGED_BENCHMARKS)}")
+        raise ConfigError(f"judge_settings names {', '.join(unknown)}{did_you_mean(unknown[0], JUDGED_BENCHMARKS)}, "
+                          f"which no judge reads; judged: {', '.join(JUDGED_BENCHMARKS)}")
     try:
         if plan.judge.model is not None:
             ready.judge_backend = pool.get(plan.judge.model, overrides=plan.judge.options)
@@ -339,7 +345,7 @@ def make_work(plan: RunPlan, ready: Prepared):
 def make_policy_work(plan: RunPlan, ready: Prepared):
     """The loop's work function of a policy table: one (policy spec, benchmark, item, repeat) -> the policy's
     answer, judged (`judges.policy`), as one `EvalRecord` of kind `policy`."""
-    from judges.policy import failure_entries, read_judgment, strip_thinking
+    from judges.policy import failure_entries, item_fields, read_judgment, strip_thinking
 
     from harness.registry import lookup
 
@@ -362,8 +368,9 @@ def make_policy_work(plan: RunPlan, ready: Prepared):
                                scores=scores, meta=meta, trace=trace)]
 
         if not completion.ok:
+            meta, fields = item_fields(bench, item)
             failures = failure_entries([("generate", completion.error)])
-            return record((), {}, {"answer": None, "judge": judge_info, "failures": failures})
+            return record((), meta, {"answer": None, "judge": judge_info, **fields, "failures": failures})
         raw = completion.texts[0]
         text = strip_thinking(raw) if plan.generation.strip_thinking else raw
         [judgment] = await judge.judge_all([(item, text)], seed=seed)

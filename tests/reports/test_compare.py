@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from benchmarks import metrics
 from harness.records import EvalRecord
 from harness.runstore import Manifest
-from reports.compare import CompareConfig, compare_runs
+from reports.compare import CompareConfig, compare_runs, read_run, render_markdown
 from reports.results import compute_results
 
 ROW = "DR-Generator-8B"
@@ -223,6 +224,81 @@ def test_config_file_and_bad_config(tmp_path: Path):
     cfg.write_text("margn: 2\n")
     proc = _cli(str(base_dir), str(cand_dir), "--config", str(cfg))
     assert proc.returncode == 2 and "margn" in proc.stderr
+    cfg.write_text("margins: {ultrafedback: 0}\n")  # a misspelt benchmark was ignored: the default margin applied
+    proc = _cli(str(base_dir), str(cand_dir), "--config", str(cfg))
+    assert proc.returncode == 2, proc.stdout
+    assert "margins: 'ultrafedback': unknown benchmark 'ultrafedback' (did you mean 'ultrafeedback'?)" in proc.stderr
+    cfg.write_text("margins: {ultrafeedback.ndcg: 0}\n")
+    proc = _cli(str(base_dir), str(cand_dir), "--config", str(cfg))
+    assert proc.returncode == 2 and "has no metric 'ndcg'; it declares: acc" in proc.stderr
+    cfg.write_text("margins: {ultrafeedback: 0\nseed: [\n")
+    proc = _cli(str(base_dir), str(cand_dir), "--config", str(cfg))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"{cfg}: the compare config is not valid YAML:" in proc.stderr and "line 2, column" in proc.stderr
+
+
+def _judged(spec: str, item: int, preference: float | None, *, category: str = "parse") -> EvalRecord:
+    """An AlpacaEval 2 policy record: the judge's preference, or a failed judgment of `category`."""
+    failures = [] if preference is not None else [
+        {"stage": "judge", "response": None, "item": None, "category": category, "message": "no m/M", "attempts": 1}]
+    annotation = {"instruction": f"q{item}", "output_1": "ref", "generator_1": "ref", "output_2": "answer"}
+    return EvalRecord(spec, "alpaca_eval2", f"alpaca_eval:{item:04d}", 0, 0, "policy", (preference,),
+                      meta={"index": str(item)}, trace={"failures": failures, "annotation": annotation})
+
+
+def _policy_runs(tmp_path: Path, base: list, cand: list, *, category: str = "parse") -> tuple[Path, Path]:
+    judge = {"model": "openai:judge", "options": {}, "settings": {}}
+    runs = []
+    for name, spec, prefs in (("base", "openai:p1", base), ("cand", "openai:p2", cand)):
+        records = [_judged(spec, i, p, category=category) for i, p in enumerate(prefs)]
+        path = make_run(tmp_path / name, records, rows={ROW: spec}, models={})
+        manifest = json.loads((path / "manifest.json").read_text())
+        manifest["settings"]["judge"] = judge
+        (path / "manifest.json").write_text(json.dumps(manifest))
+        runs.append(path)
+    return runs[0], runs[1]
+
+
+def test_a_judged_metric_pairs_only_items_both_runs_scored(tmp_path: Path):
+    """Final judge failures (parse) weigh 0: the item is dropped from both sides and counted; the base's value
+    over the paired items is printed beside its own results.json value."""
+    base = [2.0, 2.0, 1.0, 1.5]
+    cand = [1.0, None, 1.0, 1.5]  # item 1 could not be judged in CAND
+    result = compare_runs(*_policy_runs(tmp_path, base, cand))
+    wr = next(c for c in result.cells if c.metric == "win_rate")
+    assert (wr.paired, wr.dropped, wr.base_failed, wr.candidate_failed) == (3, 1, 0, 1)
+    assert wr.base == pytest.approx((1.0 + 0.0 + 0.5) / 3) and wr.candidate == pytest.approx(0.5 / 3)
+    assert wr.base_reported == pytest.approx((1 + 1 + 0 + 0.5) / 4)  # results.json: all four judged items
+    reported = compute_results(read_run(tmp_path / "base", "BASE_RUN").records, {ROW: "openai:p1"})
+    assert reported[ROW]["benchmarks"]["alpaca_eval2"]["win_rate"]["value"] == pytest.approx(wr.base_reported)
+    assert wr.verdict != "incomplete" and result.exit_code in (0, 1)
+    markdown = render_markdown(result)
+    assert "| 3/4 | 0/1 |" in markdown
+    assert "BASE is 50.0 over the paired items and 62.5 in its results.json (1 of 4 item(s) dropped" in markdown
+
+
+def test_every_judgment_failed_is_unscored_and_a_retryable_failure_is_incomplete(tmp_path: Path):
+    result = compare_runs(*_policy_runs(tmp_path / "final", [2.0, 1.0], [None, None]))
+    assert {c.verdict for c in result.cells} == {"unscored"} and result.exit_code == 3
+    assert all(c.base is None and c.paired == 0 for c in result.cells)
+    result = compare_runs(*_policy_runs(tmp_path / "retry", [2.0, 1.0], [2.0, None], category="server_error"))
+    assert {c.verdict for c in result.cells} == {"incomplete"} and result.exit_code == 3
+    assert all(c.candidate_to_retry == 1 and c.paired == 1 for c in result.cells)
+
+
+def test_a_run_still_being_written_is_refused_naming_its_writer(tmp_path: Path):
+    from harness.lock import OutputLock
+
+    base_dir, cand_dir = _runs(tmp_path, [True] * 5, [True] * 5)
+    lock = OutputLock(cand_dir / "lock", what=str(cand_dir))
+    lock.acquire()
+    try:
+        proc = _cli(str(base_dir), str(cand_dir))
+    finally:
+        lock.release()
+    assert proc.returncode == 2
+    assert f"error: CAND_RUN {cand_dir} is being written by another harness process (pid {os.getpid()}" in proc.stderr
+    assert _cli(str(base_dir), str(cand_dir)).returncode == 0  # released: the same command gates
 
 
 class _Judge:
