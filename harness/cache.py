@@ -40,6 +40,7 @@ from harness.backends.base import (
 )
 from harness.errors import HarnessError
 from harness.paths import call_cache_path
+from harness.redact import scrub_secrets
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -154,7 +155,7 @@ class CallCache:
         if not items:
             return
         now = time.time()
-        rows = [(k, model, json.dumps(v, ensure_ascii=False), now) for k, model, v in items]
+        rows = [(k, model, scrub_secrets(json.dumps(v, ensure_ascii=False)), now) for k, model, v in items]
         with self._guarded():
             self._conn.execute("BEGIN IMMEDIATE")
             try:

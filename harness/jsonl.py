@@ -1,13 +1,36 @@
-"""Reading input files with errors that name the file and line: JSON lines, UTF-8 text, JSON documents."""
+"""Reading input files with errors that name the file and line: JSON lines, UTF-8 text, JSON documents; and
+writing JSON that every parser reads (`strict_json`)."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
+
+
+def strict_json(value: Any, **options: Any) -> str:
+    """`value` as standard JSON (`json.dumps` with `options`). Python writes NaN and infinities as `NaN` and
+    `-Infinity`, which strict parsers (JavaScript's `JSON.parse`, jq, most non-Python tools) reject: they are
+    written as `null` instead. Records name such values where they can (a label outside the top logprobs is
+    listed as unranked), so a null here never stands for a real number."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False, **options)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def json_error(where: str, exc: json.JSONDecodeError) -> ConfigError:

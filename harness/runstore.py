@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from harness.errors import ConfigError, HarnessError, Interrupted
+from harness.jsonl import strict_json
 from harness.lock import OutputLock
 from harness.records import SCHEMA_FIELD, Record
-from harness.redact import redact
+from harness.redact import redact, scrub_secrets
 
 R = TypeVar("R", bound=Record)
 
@@ -101,16 +102,21 @@ def write_text_atomic(path: Path, text: str) -> None:
     two processes rendering the same report (a run and a `harness report` beside it) never share the temporary."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(scrub_secrets(text), encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise write_error(path, exc) from None
 
 
+def _line(record: Any) -> str:
+    """One record as its JSON line, registered secrets masked (`harness.redact`)."""
+    return scrub_secrets(strict_json(record.to_json(), ensure_ascii=False, separators=(",", ":"))) + "\n"
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """`write_text_atomic` of `data` as indented JSON."""
-    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    write_text_atomic(path, strict_json(data, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def settings_diff(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -317,7 +323,7 @@ class RecordLog(Generic[R]):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = self.path.open("a", encoding="utf-8")
             for record in records:
-                self._fh.write(json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n")
+                self._fh.write(_line(record))
                 self._remember(record)
             self._fh.flush()
         except OSError as exc:
@@ -332,7 +338,7 @@ class RecordLog(Generic[R]):
         try:
             with tmp.open("w", encoding="utf-8") as fh:
                 for record in self._latest.values():
-                    fh.write(json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n")
+                    fh.write(_line(record))
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)

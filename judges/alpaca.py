@@ -414,7 +414,9 @@ class AlpacaJudge:
 def _from_logprobs(item: str, policy_first: bool, logprobs: Mapping[str, float]) -> AlpacaJudgment:
     """The weighted preference from the two labels' logprobs (alpaca_eval's `logprob_parser`, not binarised)."""
     lp_first, lp_second = logprobs.get("m", -math.inf), logprobs.get("M", -math.inf)
-    raw = {"logprobs": {"m": lp_first, "M": lp_second}}
+    # A label outside the judge's top tokens has logprob -inf, which JSON cannot hold: it is listed as unranked.
+    listed = {label: lp for label, lp in (("m", lp_first), ("M", lp_second)) if lp > -math.inf}
+    raw: dict[str, Any] = {"logprobs": listed, "unranked": [label for label in LABELS if label not in listed]}
     if lp_first == -math.inf and lp_second == -math.inf:
         failure = Failure(FailureCategory.PARSE, "neither `m` nor `M` is among the judge's top next tokens")
         return AlpacaJudgment(item, None, policy_first, "logprob", failure, raw)

@@ -466,8 +466,10 @@ class BackendOptions:
 
     base_url: str | None = None
     """OpenAI-compatible server URL (default: `$OPENAI_BASE_URL`, else the OpenAI API)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """Name of the environment variable holding the API key (the key itself is never stored)."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the API key (the key itself is never stored). None:
+    `$OPENAI_API_KEY` where it is set, else no key (local servers need none); a variable named here must be set,
+    or building the backend fails before any call."""
     concurrency: int = 32
     """Maximum requests in flight (openai)."""
     timeout: float = 120.0

@@ -47,14 +47,16 @@ way to make raw calls, and the few fields used are parsed and checked here. The 
 every parameter and parses the answer into pydantic models, which took about a third of the client's CPU per
 request against a local server; CPU per request is what limits throughput there (see `harness bench api`).
 
-The API key comes from the environment variable `options.api_key_env` (a placeholder when unset, since local
-servers need none). It is scrubbed from every message this module records and never enters `identity()`.
+The API key comes from the environment variable `options.api_key_env`, which must then be set (building the
+backend fails otherwise, before any call), or else from `$OPENAI_API_KEY` where set (a placeholder when not,
+since local servers need none). It is scrubbed from every message this module records and never enters `identity()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import contextvars
 import dataclasses
 import json
 import logging
@@ -91,11 +93,13 @@ from harness.backends.base import (
     sample_seed,
 )
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory
+from harness.redact import holds_secret, register_secret, scrub_secrets, scrub_tree
 from harness.registry import register
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 STRUCTURED_FORMS: dict[str, tuple[str, ...]] = {
     "json_schema": ("json_schema", "json_object_schema"),
     "regex": ("structured_outputs", "guided", "gbnf"),
@@ -166,6 +170,15 @@ _SNIPPET_CHARS = 200
 _CONNECTIONS_PER_CLIENT = 8
 _PACER_WINDOW = 16
 _PACER_MAX_INTERVAL_S = 0.01
+BODY_BASE_BYTES = 64 * 1024
+"""What a response body may hold besides its completions (ids, usage, headers' worth of JSON)."""
+BODY_BYTES_PER_TOKEN = 64
+"""Bytes one completion token may take in a response body: generous for JSON-escaped multi-byte text."""
+BODY_BYTES_PER_ALTERNATIVE = 192
+"""Bytes one `top_logprobs` entry may take (its token, logprob and byte list)."""
+BODY_CAP_BYTES = 32 * 1024 * 1024
+"""No response body is read past this, whatever was asked."""
+_BODY_LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("harness_body_limit", default=BODY_CAP_BYTES)
 
 T = TypeVar("T")
 
@@ -214,7 +227,14 @@ class OpenAIBackend:
         self.base_url = normalise_base_url(
             options.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         )
-        self._key = os.environ.get(options.api_key_env, "")
+        self._key_env = options.api_key_env or DEFAULT_KEY_ENV
+        self._key = os.environ.get(self._key_env, "")
+        if options.api_key_env and not self._key:
+            raise ConfigError(
+                f"openai:{model}: the API key variable ${options.api_key_env} is not set (named by api_key_env or "
+                "--api-key-env); export it, or leave the option out for a server that needs no key"
+            )
+        register_secret(self._key)
         self._found: dict[str, Any] = {}
         """Feature -> what this server was found to do: a structured-output or prefill form (None: none taken),
         whether `n > 1` works, the most `top_logprobs` it lists (0: no logprobs)."""
@@ -239,6 +259,7 @@ class OpenAIBackend:
         timeout = openai.Timeout(options.timeout)
         shards = math.ceil(options.concurrency / _CONNECTIONS_PER_CLIENT)
         pool = math.ceil(options.concurrency / shards)
+        limits = http.Limits(max_connections=pool, max_keepalive_connections=pool)
         self._clients = [
             openai.AsyncOpenAI(
                 api_key=self._key or _KEY_PLACEHOLDER,
@@ -246,7 +267,7 @@ class OpenAIBackend:
                 max_retries=0,
                 timeout=timeout,
                 http_client=openai.DefaultAsyncHttpxClient(
-                    limits=http.Limits(max_connections=pool, max_keepalive_connections=pool), timeout=timeout
+                    transport=bounded_transport(http, limits), timeout=timeout
                 ),
             )
             for _ in range(shards)
@@ -310,9 +331,9 @@ class OpenAIBackend:
             await _deadline(self._clients[0].models.with_raw_response.list(timeout=timeout), timeout)
         except openai.APIStatusError as err:
             if err.status_code in (401, 403):
-                unset = "" if self._key else f" (${self.options.api_key_env} is not set)"
+                unset = "" if self._key else f" (${self._key_env} is not set)"
                 raise BackendUnavailableError(
-                    f"the {where} refused the API key from ${self.options.api_key_env}{unset} "
+                    f"the {where} refused the API key from ${self._key_env}{unset} "
                     f"(HTTP {err.status_code})"
                 ) from None
         except (openai.APITimeoutError, TimeoutError, asyncio.TimeoutError):
@@ -686,12 +707,15 @@ class OpenAIBackend:
         client = self._clients[slot % len(self._clients)]
         started = time.monotonic()
         self.http_requests += 1
+        limit = _BODY_LIMIT.set(response_limit(body))
         try:
             await self._pacer.wait()
             response = await _deadline(
                 client.post("/chat/completions", body=body, cast_to=self._response_type), self.options.timeout
             )
             content = response.content
+        except ResponseTooLarge as err:
+            return _Fault(FailureCategory.MALFORMED_RESPONSE, str(err), True)
         except openai.APIStatusError as err:
             fault = _status_fault(err.status_code, err.response)
             if err.status_code == 429:
@@ -701,15 +725,20 @@ class OpenAIBackend:
             return _Fault(FailureCategory.TIMEOUT, f"no answer within {self.options.timeout:g} s", True)
         except openai.APIConnectionError as err:
             cause = err.__cause__ or err
+            if isinstance(cause, ResponseTooLarge):  # SDKs that wrap every transport error
+                return _Fault(FailureCategory.MALFORMED_RESPONSE, str(cause), True)
             return _Fault(
                 FailureCategory.CONNECTION, f"connection failed: {str(cause) or type(cause).__name__}", True
             )
         finally:
+            _BODY_LIMIT.reset(limit)
             self._limit.release(slot)
             self._pacer.finished()
         self._limit.on_success()
         try:
             payload = json.loads(content)
+            if holds_secret(content):  # a server that echoes the key: mask it before anyone reads the answer
+                payload = scrub_tree(payload)
         except ValueError:
             snippet = content[:_SNIPPET_CHARS].decode("utf-8", "replace")
             return _Fault(FailureCategory.MALFORMED_RESPONSE, f"response body is not JSON: {snippet!r}", True)
@@ -729,7 +758,7 @@ class OpenAIBackend:
     def _scrub(self, text: str) -> str:
         """`text` without the API key (servers sometimes echo it in error bodies)."""
         text = " ".join(text.split())  # one line
-        return text.replace(self._key, "***") if self._key else text
+        return scrub_secrets(text.replace(self._key, "***") if self._key else text)
 
 
 class _AdaptiveLimit:
@@ -832,6 +861,67 @@ class _Pacer:
             sample = min((mark[1] - self._mark[1]) / _PACER_WINDOW, _PACER_MAX_INTERVAL_S)
             self.interval = sample if self.interval == 0 else 0.75 * self.interval + 0.25 * sample
         self._mark = mark
+
+
+class ResponseTooLarge(Exception):
+    """A response body longer than its request could have asked for (`response_limit`)."""
+
+
+def response_limit(body: dict[str, Any]) -> int:
+    """The most bytes a well-formed answer to the chat request `body` can take: `max_tokens` per choice at
+    `BODY_BYTES_PER_TOKEN` (plus its `top_logprobs` entries), over a fixed allowance, never above
+    `BODY_CAP_BYTES`. A server that sends more is not answering the request (an echo, a runaway, an attack)."""
+    tokens = body.get("max_tokens")
+    if not isinstance(tokens, int) or tokens < 1:
+        return BODY_CAP_BYTES
+    per_token = BODY_BYTES_PER_TOKEN
+    if body.get("logprobs"):
+        per_token += (int(body.get("top_logprobs") or 0) + 1) * BODY_BYTES_PER_ALTERNATIVE
+    return min(BODY_CAP_BYTES, BODY_BASE_BYTES + max(1, int(body.get("n") or 1)) * tokens * per_token)
+
+
+def bounded_transport(http: Any, limits: Any, *, inner: Any = None) -> Any:
+    """An async transport of the SDK's HTTP package that stops reading a response body past the current
+    request's limit (`_BODY_LIMIT`, set around each request) and raises `ResponseTooLarge`: a declared
+    `Content-Length` over it is refused before the body is read, a body that grows past it is cut off there, so
+    an oversize answer costs at most the limit in memory. `inner`: the transport it wraps (default: the package's
+    own, with `limits`)."""
+
+    class BoundedBody(http.AsyncByteStream):
+        def __init__(self, stream: Any, limit: int) -> None:
+            self._stream, self._limit = stream, limit
+
+        async def __aiter__(self) -> Any:
+            seen = 0
+            async for part in self._stream:
+                seen += len(part)
+                if seen > self._limit:
+                    raise ResponseTooLarge(f"response body over {self._limit:,} bytes, more than the request "
+                                           "asked for (max_tokens)")
+                yield part
+
+        async def aclose(self) -> None:
+            await self._stream.aclose()
+
+    class BoundedTransport(http.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self._inner = inner if inner is not None else http.AsyncHTTPTransport(limits=limits)
+
+        async def handle_async_request(self, request: Any) -> Any:
+            limit = _BODY_LIMIT.get()
+            response = await self._inner.handle_async_request(request)
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                await response.aclose()
+                raise ResponseTooLarge(f"response body of {int(declared):,} bytes declared, over the {limit:,} "
+                                       "the request could take (max_tokens)")
+            return http.Response(response.status_code, headers=response.headers,
+                                 stream=BoundedBody(response.stream, limit), extensions=response.extensions)
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return BoundedTransport()
 
 
 async def _deadline(awaitable: Awaitable[T], seconds: float) -> T:

@@ -93,7 +93,7 @@ def hf():
 
 
 def _openai(url: str):
-    return load_backend(f"openai:{SERVED}", BackendOptions(base_url=url, api_key_env="HARNESS_TEST_NO_KEY"))
+    return load_backend(f"openai:{SERVED}", BackendOptions(base_url=url))
 
 
 PROMPTS = [
@@ -164,8 +164,8 @@ def test_judges_score_sets_through_the_server(server: str, evaluator: str, tmp_p
     out = tmp_path / "scores.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "score", "--evaluator", evaluator, "--input", str(sets), "--out", str(out),
-         "--base-url", server, "--api-key-env", "HARNESS_TEST_NO_KEY"],
-        capture_output=True, text=True, timeout=600,
+         "--base-url", server, "--api-key-env", "HARNESS_TEST_KEY"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "HARNESS_TEST_KEY": "local-server-key"},
     )
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: the 135M model's answers did not parse
     calls = int(re.search(r"backend calls: (\d+)", proc.stdout).group(1))
