@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.runstore import write_error
 from reports.tables import TableSpec
 
 
@@ -51,7 +52,12 @@ def render_figure(spec: TableSpec, results: Mapping[str, Any], out_dir: Path) ->
     ax.legend(fontsize=7)
     fig.tight_layout()
     paths = [Path(out_dir) / "figure.png", Path(out_dir) / "figure.pdf"]
-    for path in paths:
-        fig.savefig(path, dpi=150)
-    plt.close(fig)
+    try:
+        for path in paths:
+            try:
+                fig.savefig(path, dpi=150)
+            except OSError as exc:  # a write error of an open file names no path: say which
+                raise write_error(path, exc) from None
+    finally:
+        plt.close(fig)
     return paths

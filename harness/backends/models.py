@@ -187,7 +187,11 @@ def convert_gguf(
         log.info("converting %s into %s (once; takes 30-90 s on a laptop CPU)", src.name, dest)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
         try:
-            _convert_into(src, tmp, source_sha256=source_sha256 or sha256_file(src))
+            try:
+                _convert_into(src, tmp, source_sha256=source_sha256 or sha256_file(src))
+            except OSError as exc:  # a full disk: a write error of an open file names no path, so say which
+                raise ModelNotFoundError(f"cannot write the converted {src.name} into {dest.parent}: "
+                                         f"{exc.strerror or exc}") from None
             tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary folder
             if dest.exists():  # an outdated or interrupted conversion: replace it
                 shutil.rmtree(dest)

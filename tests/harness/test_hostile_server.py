@@ -153,3 +153,22 @@ def test_a_named_key_variable_that_is_unset_stops_before_any_call(tmp_path: Path
                         env=env)
         assert table.returncode == 2 and "the API key variable $NOPE_KEY is not set" in table.stderr, table.stderr
     assert server.requests == 0
+
+
+def test_a_full_disk_under_a_figure_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A write error of an open file carries no path (`OSError(28)` from write or flush): the figure says which."""
+    pytest.importorskip("matplotlib")
+    import errno
+
+    from matplotlib.figure import Figure
+
+    from harness.errors import HarnessError
+    from reports.figure import render_figure
+    from reports.tables import FIG3_SPEC
+
+    def full(self, path, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    with pytest.raises(HarnessError, match=f"cannot write {tmp_path / 'figure.png'}: No space left on device"):
+        render_figure(FIG3_SPEC, {}, tmp_path)

@@ -198,3 +198,15 @@ def test_a_misspelt_benchmark_in_bench_options_is_refused_before_any_call(tmp_pa
                                    "mean 'writingbench'?); its benchmarks: alpaca_eval2, arena_hard_v2, wildbench, "
                                    "writingbench")
     assert server.calls == 0 and not (tmp_path / "run" / "records.jsonl").exists()
+
+
+@pytest.mark.parametrize("text, what", [("rows: {a: b\nseed: [\n", "not valid YAML: "),
+                                         (b"rows: {a: \xff}\n", "not UTF-8 text"),
+                                         ("- a list\n", "a config is a mapping of settings, got list")])
+def test_a_broken_run_config_is_one_line_naming_the_file(tmp_path: Path, text, what):
+    config = tmp_path / "broken.yaml"
+    config.write_bytes(text if isinstance(text, bytes) else text.encode())
+    done = cli("run", "table2", "--config", str(config), "--out", str(tmp_path / "run"))
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {config}: ") and what in line, line
