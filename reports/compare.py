@@ -484,7 +484,7 @@ def _cell_notes(c: Cell, metric: Metric, where: str) -> list[str]:
         notes.append(f"{where}: no item was scored on both sides ({c.base_failed} failed in BASE, "
                      f"{c.candidate_failed} in CAND)")
         return notes
-    dropped = f"{c.dropped} of {c.n_items} item(s) dropped (not scored on both sides)" if c.dropped else ""
+    dropped = f"{c.dropped} of {c.n_items} item(s) dropped, not scored on both sides" if c.dropped else ""
     for side, shown, reported in (("BASE", c.base, c.base_reported), ("CAND", c.candidate, c.candidate_reported)):
         if reported is None or metric.format(shown) == metric.format(reported):
             continue

@@ -274,7 +274,7 @@ def test_a_judged_metric_pairs_only_items_both_runs_scored(tmp_path: Path):
     assert wr.verdict != "incomplete" and result.exit_code in (0, 1)
     markdown = render_markdown(result)
     assert "| 3/4 | 0/1 |" in markdown
-    assert "BASE is 50.0 over the paired items and 62.5 in its results.json (1 of 4 item(s) dropped" in markdown
+    assert "BASE is 50.0 over the paired items and 62.5 in its results.json (1 of 4 item(s) dropped, not" in markdown
 
 
 def test_every_judgment_failed_is_unscored_and_a_retryable_failure_is_incomplete(tmp_path: Path):
