@@ -39,6 +39,7 @@ import collections
 import json
 import logging
 import threading
+import traceback
 from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -259,7 +260,8 @@ def run_lm_eval(model: str, tasks: Sequence[str], out: Path, *, include_path: Pa
     cache answers what was asked), with others it is refused unless `overwrite`.
 
     Raises:
-        ConfigError: lm-eval missing, an unknown task, a missing include path, other settings in `out`.
+        ConfigError: lm-eval missing, an unknown task (with the include path's YAML files lm-eval could not
+            read), a task lm-eval could not build (with its YAML), a missing include path, other settings in `out`.
         LMEvalError: a request the backend could not answer.
     """
     lm_eval = _require_lm_eval()
@@ -276,8 +278,8 @@ def run_lm_eval(model: str, tasks: Sequence[str], out: Path, *, include_path: Pa
     manager = _task_manager(TaskManager, include_path, tasks)
     unknown = [t for t in tasks if t not in manager.all_tasks]
     if unknown:
-        where = f" (nor in {include_path})" if include_path else " (add --include-path DIR for your own YAML)"
-        raise ConfigError(f"unknown lm-eval task(s) {', '.join(unknown)}{where}")
+        raise ConfigError(_unknown_tasks(unknown, include_path))
+    built = _build_tasks(manager, tasks)
     lm = HarnessLM(model, options=options, no_cache=no_cache, seed=seed)
     settings = {"model": model, "identity": lm.backend.identity(), "tasks": list(tasks), "limit": limit,
                 "num_fewshot": num_fewshot, "chat_template": chat_template, "seed": seed,
@@ -289,7 +291,7 @@ def run_lm_eval(model: str, tasks: Sequence[str], out: Path, *, include_path: Pa
     try:
         with output:
             results = lm_eval.simple_evaluate(
-                model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager,
+                model=lm, tasks=built, num_fewshot=num_fewshot, limit=limit, task_manager=manager,
                 apply_chat_template=chat_template, log_samples=True, bootstrap_iters=bootstrap_iters,
                 random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
             )
@@ -315,6 +317,98 @@ def _task_manager(task_manager: Any, include_path: Path | None, tasks: Sequence[
         if all(t in local.all_tasks for t in tasks):
             return local
     return task_manager(include_path=str(include_path) if include_path else None)
+
+
+def _unknown_tasks(unknown: Sequence[str], include_path: Path | None) -> str:
+    """The message for tasks missing from lm-eval's index, with each YAML file under `include_path` it could
+    not read: the index skips such files without a word, and a broken file is the likeliest reason."""
+    if include_path is None:
+        return f"unknown lm-eval task(s) {', '.join(unknown)} (add --include-path DIR for your own YAML)"
+    message = f"unknown lm-eval task(s) {', '.join(unknown)} (nor in {include_path})"
+    unread = _unreadable_yaml(Path(include_path))
+    if unread:
+        message += f"; lm-eval could not read {len(unread)} file(s) there: " + "; ".join(unread)
+    return message
+
+
+def _unreadable_yaml(folder: Path) -> list[str]:
+    """'FILE: why' for each YAML file under `folder` that lm-eval's task index skips because it cannot load it.
+
+    The files and the loader are lm-eval's own (the index's file walk, its YAML loader with includes), so what is
+    reported is what the index skipped; a file that loads but is no task (a template for `include`) is not.
+    """
+    from lm_eval.tasks._index import TaskIndex
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    unread = []
+    for path in TaskIndex._iter_yaml_files(folder):
+        try:
+            load_yaml(path, resolve_func=False)
+        except Exception as err:  # the index skips a file on any error, so every one is reported
+            unread.append(f"{path}: {_load_problem(err, path)}")
+    return unread
+
+
+def _load_problem(err: Exception, path: Path | None) -> str:
+    """One line for why lm-eval could not load the YAML file `path`: the YAML problem at its line and column
+    (1-based), the first byte that is not UTF-8 (0-based offset), or the error's own message. A problem in another
+    file (one `path` includes) names that file."""
+    import yaml
+
+    mark = getattr(err, "problem_mark", None)
+    if isinstance(err, yaml.MarkedYAMLError) and mark is not None:
+        problem = f"{err.context}: {err.problem}" if err.context else err.problem
+        where = f"{_elsewhere(mark.name, path)} at line {mark.line + 1}, column {mark.column + 1}"
+        return f"YAML error{where}: {problem}"
+    if isinstance(err, yaml.reader.ReaderError):
+        # libyaml's position points past the bad sequence; decoding the bytes names its first byte
+        try:
+            Path(err.name).read_bytes().decode("utf-8")
+        except UnicodeDecodeError as bad:
+            return f"not UTF-8{_elsewhere(err.name, path)} at byte {bad.start} (0x{bad.object[bad.start]:02x})"
+        except OSError:
+            pass
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
+def _elsewhere(name: str, path: Path | None) -> str:
+    """' in NAME' when the file at fault is not `path` itself (lm-eval's loader names files by resolved path)."""
+    return "" if path is not None and Path(name) == Path(path).resolve() else f" in {name}"
+
+
+def _build_tasks(manager: Any, tasks: Sequence[str]) -> list[Any]:
+    """lm-eval's Task and Group objects for `tasks`, built before any model loads or run directory is written.
+
+    lm-eval reads each task's YAML in full (functions, dataset) only when it builds the task, so a bad value or a
+    missing data file surfaces here, as one ConfigError naming the YAML file and the task. The objects go to
+    `simple_evaluate` as they are, which takes built tasks in place of names (each task is built once).
+
+    Raises:
+        ConfigError: lm-eval could not build a task (any exception while it builds one).
+    """
+    built: list[Any] = []
+    for name in tasks:
+        try:
+            loaded = manager.load([name])
+        except Exception as err:
+            raise _build_error(manager, name, err) from err
+        group = loaded.get("groups", {}).get(name)
+        built.extend([group] if group is not None else loaded["tasks"].values())
+    return built
+
+
+def _build_error(manager: Any, name: str, err: Exception) -> ConfigError:
+    """The error for task `name` that lm-eval failed to build, naming the YAML file of the task at fault."""
+    from lm_eval.tasks._index import Entry
+
+    # lm-eval's exception does not say which file it was building; the innermost index entry on the stack does
+    # (in a group or a tag, the member at fault)
+    entries = [frame.f_locals.get("entry") for frame, _ in traceback.walk_tb(err.__traceback__)]
+    entry = next((e for e in reversed(entries) if isinstance(e, Entry)), manager.task_index[name])
+    task = entry.name if entry.name == name else f"{entry.name} (in {name})"
+    where = f"{entry.yaml_path}: " if entry.yaml_path else ""
+    problem = _load_problem(err, entry.yaml_path)
+    return ConfigError(f"{where}lm-eval could not build task {task}: {problem}")
 
 
 def _fingerprint(folder: Path | None) -> dict[str, str] | None:

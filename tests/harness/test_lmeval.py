@@ -1,6 +1,7 @@
 """The lm-eval bridge: our `hf` backend's loglikelihood equals lm-eval's own `hf` model on the same weights, and
 `harness lm-eval` runs two local-data tasks (a generate_until and a multiple-choice task, YAML written here) through
-smollm2-135m into a run directory with lm-eval's metrics, the second run answered by the call cache alone."""
+smollm2-135m into a run directory with lm-eval's metrics, the second run answered by the call cache alone. A task
+YAML lm-eval cannot read or build stops the verb with one error line naming the file and its problem."""
 
 from __future__ import annotations
 
@@ -174,3 +175,73 @@ def test_a_failed_request_stops_with_the_task_document_and_reason():
             lm.loglikelihood([request])
     finally:
         lm.close()
+
+
+# A task whose build fails in lm-eval: a bad value, or (in a group) a prompt function its module lacks.
+POEM = """task: harness_poem
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: write_poem
+doc_to_text: "Write about {{{{a}}}}."
+doc_to_target: "{{{{answer}}}}"
+"""
+MEMBER = POEM.replace("harness_poem", "harness_member").replace("write_poem", "generate_until").replace(
+    '"Write about {{{{a}}}}."', "!function prompts.missing")
+BUILD_FAILURES = {
+    "bad-output-type": ({"poem.yaml": POEM}, "harness_poem", "poem.yaml", [
+        "lm-eval could not build task harness_poem: ValueError: Got invalid output_type 'write_poem', must be in "
+        "'loglikelihood,multiple_choice,loglikelihood_rolling,generate_until'"]),
+    "group-member": ({"member.yaml": MEMBER, "prompts.py": "def other(doc):\n    return ''\n",
+                      "group.yaml": "group: harness_group\ntask:\n  - harness_member\n"}, "harness_group",
+                     "member.yaml", ["lm-eval could not build task harness_member (in harness_group): "
+                                     "AttributeError: Module", "has no function 'missing'"]),
+}
+
+
+def _lm_eval(tmp_path: Path, tasks: str, include: Path) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "harness", "lm-eval", "--model", "smollm2-135m", "--tasks", tasks,
+            "--include-path", str(include), "--out", str(tmp_path / "run")]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+def _error_line(done: subprocess.CompletedProcess) -> str:
+    """The one `error:` line of a run that stopped on bad input (exit 2, no traceback)."""
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    return line
+
+
+@pytest.mark.parametrize("files, task, faulty, expected", BUILD_FAILURES.values(), ids=BUILD_FAILURES.keys())
+def test_a_task_lm_eval_cannot_build_stops_with_its_yaml_before_any_model_call(
+        tmp_path: Path, files: dict[str, str], task: str, faulty: str, expected: list[str]):
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "data.jsonl").write_text(json.dumps({"a": "rain", "answer": "drops"}) + "\n")
+    for name, text in files.items():
+        (tasks / name).write_text(text.format(data=tasks / "data.jsonl") if name.endswith(".yaml") else text)
+
+    line = _error_line(_lm_eval(tmp_path, task, tasks))
+    assert line.startswith(f"error: {tasks / faulty}: "), line
+    for part in expected:
+        assert part in line, line
+    assert not (tmp_path / "run").exists()  # stopped before the model loaded and the run directory was written
+
+
+@pytest.mark.slow  # an unknown task makes lm-eval index its own ~15,000 task configs (seconds)
+def test_unknown_tasks_name_each_yaml_file_lm_eval_could_not_read(tmp_path: Path):
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "broken.yaml").write_text("task: harness_broken\ndataset_path: json\n  test_split: [test\n")
+    latin1 = "task: harness_latin1\ndoc_to_text: \"café\"\n".encode("latin-1")
+    (tasks / "latin1.yaml").write_bytes(latin1)
+    (tasks / "_template.yaml").write_text("output_type: generate_until\n")  # loads, so not reported
+
+    line = _error_line(_lm_eval(tmp_path, "harness_broken,harness_latin1", tasks))
+    assert line == (
+        f"error: unknown lm-eval task(s) harness_broken, harness_latin1 (nor in {tasks}); lm-eval could not read "
+        f"2 file(s) there: {tasks / 'broken.yaml'}: YAML error at line 3, column 13: mapping values are not "
+        f"allowed in this context; {tasks / 'latin1.yaml'}: not UTF-8 at byte {latin1.index(0xE9)} (0xe9)")
