@@ -157,20 +157,27 @@ def read_rows(path: Path) -> Iterator[tuple[int, str, Any]]:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq  # datasets depends on pyarrow
 
+        from pyarrow import ArrowException
+
         index = 0
         try:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
                 for row in batch.to_pylist():
                     yield index, f"{path}: row {index}", row
                     index += 1
-        except OSError as exc:  # includes pyarrow's ArrowInvalid
-            raise ConfigError(f"{path}: cannot read parquet ({exc})") from None
+        except (OSError, ArrowException) as exc:  # ArrowInvalid (not parquet, torn) is a ValueError
+            raise ConfigError(f"{path}: not a readable parquet file ({exc})") from None
         return
     for index, (where, row) in enumerate(read_jsonl(path)):
         yield index, where, row
 
 
-def _local_file(data_dir: Path) -> Path:
+def local_file(data_dir: Path) -> Path:
+    """The Nectar file under `data_dir` (`FOLDER`, the first of `LOCAL_FILES` found).
+
+    Raises:
+        ConfigError: naming the folder, the files it should hold and the Hub as the other source.
+    """
     hint = f"the data is on the Hugging Face Hub ({HUB_ID}, split {HUB_SPLIT})"
     try:
         folder = base.data_folder(data_dir, FOLDER, required=())
@@ -195,7 +202,7 @@ def _rows(data_dir: Path | None, *, lmsys: bool) -> Iterator[tuple[int, str, Any
         return (LMSYS_SOURCE in sources_of(row, where)) == lmsys
 
     if data_dir is not None:
-        path = _local_file(Path(data_dir))
+        path = local_file(Path(data_dir))
         return ((index, where, row) for index, where, row in read_rows(path) if wanted(row, where))
     rows = base.load_hub(HUB_ID, split=HUB_SPLIT)
     hub = f"{HUB_ID}[{HUB_SPLIT}] row"

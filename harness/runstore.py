@@ -137,7 +137,7 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _canonical(settings: Mapping[str, Any]) -> dict[str, Any]:
+def canonical_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Settings as they compare: redacted and round-tripped through JSON (tuples become lists)."""
     return json.loads(json.dumps(redact(dict(settings)), default=str, sort_keys=True))
 
@@ -181,7 +181,7 @@ class Manifest:
             "format": MANIFEST_FORMAT,
             "command": command,
             "argv": redact(sys.argv[1:]),
-            "settings": _canonical(settings),
+            "settings": canonical_settings(settings),
             "config": redact(dict(config)),
             "versions": package_versions(),
             "git": git_commit(),
@@ -458,7 +458,7 @@ class Output(Generic[R]):
         self.paths = paths
         self.record_type = record_type
         self.command = command
-        self.settings = _canonical(settings)
+        self.settings = canonical_settings(settings)
         self.config = config
         self.extra = extra or {}
         self.overwrite = overwrite

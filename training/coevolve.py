@@ -9,19 +9,30 @@ trained on the sets of `P_{r-2}` (the policy it already saw: G1 -> G2~ on P0), a
 
 Every stage is one `training.grpo.train` job with its own output dir (`G1`, `P1`, `G2`, `P2`, `G2-stale`,
 `P2-stale` under `output_dir`), and `coevolve.json` lists them with their parents, so a table config can point rows
-at them (`rows: {DR-Generator-8B: "dynamic-rubric:generator=hf:OUT/G2,..."}`). A rerun skips stages whose
-checkpoint is complete (its `dr_manifest.json` written) and trains the rest.
+at them (`rows: {DR-Generator-8B: "dynamic-rubric:generator=hf:OUT/G2,..."}`).
+
+Every stage is bound to its settings like any checkpoint (`training.checkpoint`): its resolved `TrainConfig` and
+its parents' identities, where an earlier stage's identity is the digest of that stage's settings (so a change
+reaches every stage trained from it). Before stage 1 trains, every stage's config is built and checked and its dir
+compared (`training.job.prepare`): a bad value stops the run there, and so do stages trained with other settings,
+all named in one error, unless `overwrite` discards them. A rerun keeps the finished stages of the same settings
+(more `rounds` add stages) and trains the rest.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from training.grpo import DataConfig, GRPOSettings, SetSampling, TrainConfig, train
+from harness.config import validation_problems
+from harness.errors import ConfigError
+from judges.verify import VerifyMode
+from training import checkpoint
+from training.grpo import DataConfig, GRPOSettings, SetSampling, TrainConfig, with_data_dir, with_max_steps
+from training.job import Job, identify, prepare, run
+from training.rewards import Objective
 
 
 class CoevolveConfig(BaseModel):
@@ -38,10 +49,10 @@ class CoevolveConfig(BaseModel):
     output_dir: Path
     rounds: int = Field(2, ge=1)
     stale_controls: bool = False
-    verify_mode: str = "logprob"
+    verify_mode: VerifyMode = "logprob"
     structured: bool = True
     lam: float = Field(1.0, ge=0)
-    objective: str = "both"
+    objective: Objective = "both"
     gen_max_tokens: int = Field(512, ge=16)
     set_size: int = Field(4, ge=2)
     set_temperature: float = Field(1.0, ge=0)
@@ -52,15 +63,21 @@ class CoevolveConfig(BaseModel):
     backend: dict[str, Any] = Field(default_factory=dict)
 
 
-def load_coevolve_config(path: Path, *, rounds: int | None = None) -> CoevolveConfig:
-    """The YAML file's settings, `--rounds` on top.
+def load_coevolve_config(path: Path, *, rounds: int | None = None, output_dir: Path | None = None,
+                         data_dir: Path | None = None, max_steps: int | None = None) -> CoevolveConfig:
+    """The YAML file's settings with the command line's non-None values on top (`rounds`, `output_dir`,
+    `data.data_dir`, and `max_steps` for both trainers).
 
     Raises:
         ConfigError: naming the file and the offending keys.
     """
     from harness.config import load_config_file
 
-    return load_config_file(path, CoevolveConfig, what="co-evolution config", overrides={"rounds": rounds})
+    config = load_config_file(path, CoevolveConfig, what="co-evolution config",
+                              overrides={"rounds": rounds, "output_dir": output_dir})
+    return config.model_copy(update={"data": with_data_dir(config.data, data_dir),
+                                     "generator_grpo": with_max_steps(config.generator_grpo, max_steps),
+                                     "policy_grpo": with_max_steps(config.policy_grpo, max_steps)})
 
 
 def plan(config: CoevolveConfig) -> list[dict[str, str]]:
@@ -79,36 +96,92 @@ def plan(config: CoevolveConfig) -> list[dict[str, str]]:
     return stages
 
 
-def coevolve(config: CoevolveConfig) -> dict[str, Any]:
-    """Run every stage of `plan` (skipping finished ones) and write `coevolve.json`; returns it."""
+def stage_config(config: CoevolveConfig, stage: dict[str, str], specs: dict[str, str], target: Path
+                 ) -> TrainConfig:
+    """The `TrainConfig` of one stage of `plan`; `specs` maps earlier stages' names to their model specs.
+
+    Raises:
+        ConfigError: naming the values its config refuses.
+    """
+    common = dict(model=specs[stage["model"]], output_dir=target, verifier=config.verifier,
+                  verify_mode=config.verify_mode, structured=config.structured, backend=config.backend)
+    try:
+        if stage["kind"] == "generator":
+            sets = SetSampling(policy=specs[stage["sets_from"]], set_size=config.set_size,
+                               temperature=config.set_temperature, max_tokens=config.set_max_tokens)
+            return TrainConfig(**common, lam=config.lam, objective=config.objective, grpo=config.generator_grpo,
+                               data=config.data.model_copy(update={"sets": sets}))
+        return TrainConfig(**common, generator=specs[stage["generator"]], gen_max_tokens=config.gen_max_tokens,
+                           grpo=config.policy_grpo, data=config.data)
+    except ValidationError as exc:
+        raise ConfigError(validation_problems(exc)) from None
+
+
+def prepare_stages(config: CoevolveConfig) -> list[tuple[dict[str, str], Job]]:
+    """Every stage of `plan` with its prepared job, checked and compared with its dir; no model is called.
+
+    Raises:
+        ConfigError: naming the stage whose config is refused.
+    """
+    from harness.config import backend_options
+
     out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output_dir {out} exists and is not a directory")
+    options = backend_options(config.backend, where="backend")
+    known = {spec: identify(spec, options) for spec in dict.fromkeys((config.generator, config.policy,
+                                                                       config.verifier))}
     specs = {"G0": config.generator, "P0": config.policy}
-    done = []
+    jobs = []
     for stage in plan(config):
         target = out / stage["name"]
-        if stage["kind"] == "generator":
-            job = TrainConfig(
-                model=specs[stage["model"]], output_dir=target, verifier=config.verifier,
-                verify_mode=config.verify_mode, structured=config.structured, lam=config.lam,
-                objective=config.objective, grpo=config.generator_grpo, backend=config.backend,
-                data=config.data.model_copy(update={"sets": SetSampling(
-                    policy=specs[stage["sets_from"]], set_size=config.set_size,
-                    temperature=config.set_temperature, max_tokens=config.set_max_tokens)}),
-            )
-        else:
-            job = TrainConfig(
-                model=specs[stage["model"]], output_dir=target, verifier=config.verifier,
-                generator=specs[stage["generator"]], verify_mode=config.verify_mode, structured=config.structured,
-                gen_max_tokens=config.gen_max_tokens, grpo=config.policy_grpo, backend=config.backend,
-                data=config.data,
-            )
-        if not (target / "dr_manifest.json").is_file():
-            train(stage["kind"], job)  # type: ignore[arg-type]
+        try:
+            job_config = stage_config(config, stage, specs, target)
+            job = prepare(stage["kind"], job_config, known=known)  # type: ignore[arg-type]
+        except ConfigError as exc:
+            raise ConfigError(f"stage {stage['name']}: {exc}") from None
         specs[stage["name"]] = f"hf:{target}"
-        done.append({**stage, "checkpoint": str(target), "spec": specs[stage["name"]],
-                     "parents": {k: specs[v] for k, v in stage.items() if k in ("model", "sets_from", "generator")}})
-    manifest = {"rounds": config.rounds, "stale_controls": config.stale_controls, "base": {"G0": config.generator,
-                "P0": config.policy}, "stages": done, "config": config.model_dump(mode="json")}
-    (out / "coevolve.json").write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+        # A stage not trained yet has no weights to fingerprint: its settings stand for it.
+        known[specs[stage["name"]]] = {"stage": stage["name"], "settings": checkpoint.digest(job.settings)}
+        jobs.append((stage, job))
+    return jobs
+
+
+_ROLE = {"model": "model", "sets_from": "policy", "generator": "generator"}
+"""A stage's parent key in `plan` -> its role in the stage's job."""
+
+
+def coevolve(config: CoevolveConfig, *, overwrite: bool = False) -> dict[str, Any]:
+    """Run every stage of `plan` and write `coevolve.json`; returns it.
+
+    Every stage is prepared first; finished stages of the same settings are kept, the others trained in order.
+
+    Args:
+        config: The co-evolution config.
+        overwrite: Discard (and retrain) the stages trained with other settings instead of refusing them.
+
+    Raises:
+        ConfigError: before any training, for a bad stage config or stages trained with other settings.
+    """
+    from harness.redact import redact
+    from harness.runstore import package_versions, utc_now, write_json_atomic
+
+    jobs = prepare_stages(config)
+    refused = [job.binding for _, job in jobs if job.binding.state == "other"]
+    if refused and (not overwrite or any(b.foreign for b in refused)):
+        raise checkpoint.refusal(refused)
+    done = []
+    for stage, job in jobs:
+        kept = job.binding.state == "finished"
+        if not kept:
+            run(job, overwrite=job.binding.state == "other")
+        done.append({**stage, "checkpoint": str(job.config.output_dir), "spec": f"hf:{job.config.output_dir}",
+                     "status": "kept" if kept else "trained", "settings": checkpoint.digest(job.settings),
+                     "parents": {k: job.parents[_ROLE[k]]["spec"] for k in stage if k in _ROLE}})
+    first = jobs[0][1].parents  # G1 starts from G0 and rates P0's sets
+    manifest = {"rounds": config.rounds, "stale_controls": config.stale_controls,
+                "base": {"G0": first["model"], "P0": first["policy"]}, "stages": done,
+                "config": redact(config.model_dump(mode="json")), "versions": package_versions(), "written": utc_now()}
+    Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+    write_json_atomic(Path(config.output_dir) / "coevolve.json", manifest)
     return manifest

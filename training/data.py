@@ -109,8 +109,21 @@ def row_from_nectar(row: Mapping[str, Any], index: int, where: str) -> NectarRow
     return NectarRow(index, extract_prompt(prompt_text, where), turns, sources, responses, ranked)
 
 
+def source_fingerprint(nectar: Path | None) -> str:
+    """What the rows are read from, as a checkpoint is bound to it: the file's content fingerprint (its size and
+    first and last MiB), or the Hub split."""
+    from benchmarks.nectar import HUB_ID, HUB_SPLIT
+    from harness.backends.models import weights_fingerprint
+
+    return f"hub:{HUB_ID}[{HUB_SPLIT}]" if nectar is None else weights_fingerprint(nectar)[:16]
+
+
 def read_nectar(path: Path) -> Iterator[NectarRow]:
-    """The rows of a Nectar JSON-lines or parquet file (`benchmarks.nectar.read_rows`)."""
+    """The rows of a Nectar JSON-lines or parquet file (`benchmarks.nectar.read_rows`).
+
+    Raises:
+        ConfigError: naming the file (and row) when it is unreadable, not what its name says, or malformed.
+    """
     from benchmarks.nectar import read_rows
 
     for index, where, row in read_rows(Path(path)):

@@ -2,7 +2,8 @@
 
 One config (YAML, unknown keys are errors; `TrainConfig`) names the model to train, the frozen models of its
 reward (the verifier; for the policy also the generator), the data (Nectar, filtered by Appendix B's rules,
-`training.data`) and TRL's GRPO settings. The run:
+`training.data`) and TRL's GRPO settings. `training.job` checks a job before any model call (the config, TRL's
+own checks included, the data file, the models' identities, the output dir's binding) and then runs it:
 
 1. reads and filters the Nectar rows (the per-rule drop counts are logged and kept in the manifest);
 2. generator: samples each kept row's response set from the current policy with the harness's own generation
@@ -13,8 +14,9 @@ reward (the verifier; for the policy also the generator), the data (Nectar, filt
    reward already is the paper's advantage; for the policy TRL centres each group's rubric scores);
 4. saves the model and tokenizer into `output_dir` (so `hf:DIR` and `vllm:DIR` load it), `train_log.jsonl` (TRL's
    per-step metrics with the reward's own: components, zero-spread groups, saturated items, rubric size, length
-   correlation, verifier calls, reward time next to step time) and `dr_manifest.json` (kind, parents with their
-   identities, the data fingerprint, the filter counts, the resolved config, versions).
+   correlation, verifier calls, reward time next to step time) and `dr_manifest.json` (the settings it is bound
+   to, kind, parents with their identities, the data fingerprint, the filter counts, the resolved config,
+   versions, status).
 
 Defaults are TRL's unless a field says otherwise; the paper gives no hyper-parameters we could check offline, so the
 paper-scale configs under `training/configs/` are ours and say so.
@@ -25,22 +27,28 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import ConfigError
-from training.data import FilterReport, GeneratorRules, NectarRow, PolicyRules, filter_rows, fingerprint
+from judges.verify import VerifyMode
+from training.data import FilterReport, GeneratorRules, NectarRow, PolicyRules, filter_rows
+from training.rewards import Objective
 
 log = logging.getLogger("harness.train")
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
+"""TRL's `GRPOConfig.loss_type` values."""
 
 
 class GRPOSettings(BaseModel):
     """TRL `GRPOConfig` fields the trainers set (others through `extra`, checked against `GRPOConfig`)."""
 
     model_config = ConfigDict(extra="forbid")
+    RUNTIME: ClassVar[frozenset[str]] = frozenset({
+        "logging_steps", "save_steps", "gradient_checkpointing", "vllm_server_base_url", "vllm_gpu_memory_utilization"})
+    """Fields that change how a job runs, not what it trains: a checkpoint is not bound to them."""
 
     num_generations: int = Field(8, ge=2)
     """Completions per prompt (a group)."""
@@ -51,7 +59,7 @@ class GRPOSettings(BaseModel):
     max_steps: int = Field(100, ge=1)
     beta: float = Field(0.0, ge=0)
     """KL weight (TRL's default 0: no reference model)."""
-    loss_type: str = "dapo"
+    loss_type: LossType = "dapo"
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     bf16: bool | None = None
@@ -86,8 +94,9 @@ class DataConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    nectar: Path | None = None
-    """A Nectar JSON-lines or parquet file (the Hub's `data/rlaif.parquet`); None reads the Hub split."""
+    data_dir: Path | None = None
+    """A data dir holding Nectar where the `nectar_lmsys` benchmark reads it (`DIR/nectar/data/rlaif.parquet`,
+    `rlaif.parquet` or `rlaif.jsonl`); None reads the Hub split."""
     limit: int | None = Field(None, ge=1)
     """Keep the first N rows that pass the rules."""
     generator_rules: GeneratorRules = Field(default_factory=GeneratorRules)
@@ -108,11 +117,11 @@ class TrainConfig(BaseModel):
     """The frozen DR-Verifier's model spec."""
     generator: str | None = None
     """Policy training: the frozen DR-Generator's model spec."""
-    verify_mode: Literal["per_item", "batched", "logprob"] = "logprob"
+    verify_mode: VerifyMode = "logprob"
     structured: bool = True
     lam: float = Field(1.0, ge=0)
     """Generator: the anchor advantage's weight (the paper's lambda)."""
-    objective: Literal["both", "disc", "anchor"] = "both"
+    objective: Objective = "both"
     """Generator: Table 3's ablations (`disc`: without the anchor, `anchor`: without discriminability)."""
     gen_max_tokens: int = Field(512, ge=16)
     """Policy: the frozen generator's rubric budget."""
@@ -122,15 +131,37 @@ class TrainConfig(BaseModel):
     """BackendOptions of the frozen models (base_url, concurrency, batch_size, ...)."""
 
 
-def load_train_config(path: Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """The YAML file's settings with non-None `overrides` on top.
+def load_train_config(path: Path, *, output_dir: Path | None = None, data_dir: Path | None = None,
+                      max_steps: int | None = None) -> TrainConfig:
+    """The YAML file's settings with the command line's non-None values on top (`output_dir`, `data.data_dir`,
+    `grpo.max_steps`).
 
     Raises:
         ConfigError: naming the file and the offending keys.
     """
     from harness.config import load_config_file
 
-    return load_config_file(path, TrainConfig, what="training config", overrides=overrides)
+    config = load_config_file(path, TrainConfig, what="training config", overrides={"output_dir": output_dir})
+    return config.model_copy(update={"data": with_data_dir(config.data, data_dir),
+                                     "grpo": with_max_steps(config.grpo, max_steps)})
+
+
+def with_data_dir(data: DataConfig, data_dir: Path | None) -> DataConfig:
+    """`data` with `data_dir` in place of its own (unchanged for None)."""
+    return data if data_dir is None else data.model_copy(update={"data_dir": data_dir})
+
+
+def with_max_steps(grpo: GRPOSettings, max_steps: int | None) -> GRPOSettings:
+    """`grpo` with `max_steps` in place of its own (unchanged for None)."""
+    return grpo if max_steps is None else grpo.model_copy(update={"max_steps": max_steps})
+
+
+def backend_spec(spec: str) -> str:
+    """A model to train (or a frozen one) as a backend spec: a checkpoint dir or Hub id named bare
+    (`Qwen/Qwen3-8B`, `ckpt/g1`) is `hf:` on it; aliases and `KIND:NAME` specs stay."""
+    from harness.backends import names
+
+    return spec if ":" in spec or spec in names("model") else f"hf:{spec}"
 
 
 def model_path(spec: str) -> str:
@@ -138,25 +169,26 @@ def model_path(spec: str) -> str:
     prefixes drop."""
     from harness.backends import parse_spec
 
-    import harness.backends  # noqa: F401  (registers aliases)
-
     if spec.startswith(("openai:",)):
         raise ConfigError(f"cannot train {spec!r}: an API model has no weights here")
-    kind, name = parse_spec(spec) if ":" in spec or not Path(spec).exists() else ("hf", spec)
+    kind, name = parse_spec(backend_spec(spec))
     if kind not in ("hf", "vllm"):
         raise ConfigError(f"cannot train {spec!r}: not a local model")
     return name
 
 
-def read_rows(config: DataConfig, *, policy: bool) -> tuple[list[NectarRow], FilterReport]:
-    """The Nectar rows that pass the generator's (or the policy's) rules, with the report."""
+def read_rows(config: DataConfig, nectar: Path | None, *, policy: bool) -> tuple[list[NectarRow], FilterReport]:
+    """The Nectar rows of the file `nectar` (None: the Hub split) that pass the generator's (or the policy's)
+    rules, with the report.
+
+    Raises:
+        ConfigError: for a malformed file or row (naming it), or when no row passes the rules.
+    """
     from benchmarks.nectar import HUB_ID, HUB_SPLIT
     from training.data import read_nectar, row_from_nectar
 
-    if config.nectar is not None:
-        if not Path(config.nectar).is_file():
-            raise ConfigError(f"data.nectar: no such file {config.nectar}")
-        rows = read_nectar(config.nectar)
+    if nectar is not None:
+        rows = read_nectar(nectar)
     else:
         from benchmarks.base import load_hub
 
@@ -232,7 +264,12 @@ def policy_dataset(rows: list[NectarRow]) -> list[dict[str, Any]]:
 
 
 def grpo_config(settings: GRPOSettings, output_dir: Path) -> Any:
-    """TRL's `GRPOConfig` from our settings (CPU: float32, `use_cpu`)."""
+    """TRL's `GRPOConfig` from our settings (CPU: float32, `use_cpu`).
+
+    Raises:
+        ConfigError: for an `extra` key that is no `GRPOConfig` field, or values TRL refuses (e.g. a batch that
+            does not divide into groups).
+    """
     import dataclasses
 
     import torch
@@ -256,8 +293,13 @@ def grpo_config(settings: GRPOSettings, output_dir: Path) -> Any:
     )
     if settings.vllm_server_base_url:
         values["vllm_server_base_url"] = settings.vllm_server_base_url
+    if "activation_checkpointing" in fields:  # transformers 5's name; the old one warns on every config built
+        values["activation_checkpointing"] = values.pop("gradient_checkpointing")
     values.update(settings.extra)
-    return GRPOConfig(**values)
+    try:
+        return GRPOConfig(**values)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"grpo: {exc}") from None
 
 
 class _StepLog:
@@ -275,60 +317,8 @@ class _StepLog:
         return StepLog()
 
 
-def train(kind: Literal["generator", "policy"], config: TrainConfig) -> dict[str, Any]:
-    """Run one training job (see the module docstring); returns the manifest it writes.
-
-    Raises:
-        ConfigError: for a bad config, data that leaves nothing to train on, or a model that cannot be loaded.
-    """
-    from harness.cache import CallCache
-    from harness.config import backend_options
-    from harness.pool import BackendPool
-
-    started = time.time()
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    options = backend_options(config.backend, where="backend")
-    rows, report = read_rows(config.data, policy=kind == "policy")
-    for line in report.lines():
-        log.info("nectar: %s", line)
-    parents: dict[str, Any] = {"model": config.model}
-    if kind == "generator":
-        if config.data.sets is None:
-            raise ConfigError("data.sets: generator training needs the policy whose response sets it rates")
-        sets_pool = BackendPool(options=options, cache=CallCache())
-        rows, sets, identity = sample_sets(rows, config.data.sets, out / "sets.jsonl", sets_pool,
-                                           seed=config.grpo.seed)
-        parents["policy"] = {"spec": config.data.sets.policy, "identity": identity}
-        dataset = generator_dataset(rows, sets, seed=config.grpo.seed)
-    else:
-        if config.generator is None:
-            raise ConfigError("generator: policy training needs the frozen DR-Generator's model spec")
-        dataset = policy_dataset(rows)
-    pool = BackendPool(options=options, cache=CallCache())
-    reward = _reward(kind, config, pool)
-    parents["verifier"] = {"spec": config.verifier, "identity": pool.get(config.verifier).identity()}
-    if kind == "policy":
-        parents["generator"] = {"spec": config.generator, "identity": pool.get(config.generator).identity()}
-    fit(config.model, config.grpo, dataset, reward, out)
-    asyncio.run(pool.close())
-    manifest = {
-        "kind": kind,
-        "checkpoint": str(out),
-        "parents": parents,
-        "data": {"fingerprint": fingerprint(rows), "rows": len(rows), "filter": {
-            "seen": report.seen, "kept": report.kept, "dropped": report.dropped}},
-        "config": config.model_dump(mode="json"),
-        "reward_history": reward.history,
-        "versions": _versions(),
-        "started": started,
-        "ended": time.time(),
-    }
-    (out / "dr_manifest.json").write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
-    return manifest
-
-
-def _reward(kind: str, config: TrainConfig, pool: Any) -> Any:
+def make_reward(kind: str, config: TrainConfig, pool: Any) -> Any:
+    """The TRL reward function of a generator or policy job, its frozen models from `pool`."""
     from training.rewards import GeneratorReward, PolicyReward
 
     g = config.grpo.num_generations
@@ -372,15 +362,3 @@ def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], rewar
     trainer.save_model(str(out))
     trainer.processing_class.save_pretrained(str(out))
     return trainer_log
-
-
-def _versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found: dict[str, str | None] = {}
-    for name in ("dynamicrubric-harness", "trl", "transformers", "torch", "vllm"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = None
-    return found

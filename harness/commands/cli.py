@@ -701,18 +701,22 @@ def train(
     output_dir: Annotated[
         Optional[Path], typer.Option("--output-dir", help="Where the checkpoint goes (overrides the config's).")
     ] = None,
-    nectar: Annotated[
-        Optional[Path], typer.Option("--nectar", help="A Nectar JSONL/parquet file (overrides data.nectar; else the Hub).")
+    data_dir: Annotated[
+        Optional[Path], typer.Option("--data-dir", help="Nectar in DIR/nectar/, as the nectar benchmark reads it "
+                                     "(overrides data.data_dir; else the Hub).")
     ] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", min=1, help="GRPO steps (overrides grpo.max_steps).")] = None,
     rounds: Annotated[Optional[int], typer.Option("--rounds", min=1, help="coevolve: rounds (overrides rounds).")] = None,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Train a DR-Generator or a DR-Policy with GRPO (TRL) on the DR rewards; the output dir is a plain Hugging
     Face checkpoint (`hf:DIR`, `vllm:DIR` load it) with train_log.jsonl and dr_manifest.json beside it.
     `coevolve` alternates them for --rounds (G1 on P0's sets, P1 with G1, G2 on P1's sets, ...) into
     OUTPUT_DIR/G1, P1, ... with coevolve.json listing every checkpoint and its parents.
 
-    Exit code 0 when the checkpoint was written, 2 for bad input (config, data, models).
+    A checkpoint is bound to its settings: rerunning with other settings into the same output dir is refused
+    (naming every difference) unless --overwrite discards it. Exit code 0 when the checkpoint was written, 2 for
+    bad input (config, data, models, an output dir trained with other settings).
     """
     from harness.errors import ConfigError
 
@@ -725,29 +729,22 @@ def train(
     if what == "coevolve":
         from training.coevolve import coevolve, load_coevolve_config
 
-        co = load_coevolve_config(config, rounds=rounds)
-        if output_dir is not None:
-            co = co.model_copy(update={"output_dir": output_dir})
-        if nectar is not None:
-            co = co.model_copy(update={"data": co.data.model_copy(update={"nectar": nectar})})
-        result = coevolve(co)
+        co = load_coevolve_config(config, rounds=rounds, output_dir=output_dir, data_dir=data_dir,
+                                  max_steps=max_steps)
+        result = coevolve(co, overwrite=overwrite)
         for stage in result["stages"]:
             parents = ", ".join(f"{k} {v}" for k, v in stage["parents"].items())
-            typer.echo(f"{stage['name']:<10} {stage['kind']:<9} {stage['checkpoint']}  ({parents})")
+            shown = f"{stage['name']:<10} {stage['kind']:<9} {stage['status']:<7} {stage['checkpoint']}"
+            typer.echo(f"{shown}  ({parents})")
         typer.echo(f"manifest: {co.output_dir}/coevolve.json")
         return
-    from training.grpo import load_train_config, train as run_training
+    if rounds is not None:
+        raise ConfigError("--rounds is for `harness train coevolve`")
+    from training.grpo import load_train_config
+    from training.job import train as run_training
 
-    cfg = load_train_config(config)
-    updates: dict = {}
-    if output_dir is not None:
-        updates["output_dir"] = output_dir
-    if nectar is not None:
-        updates["data"] = cfg.data.model_copy(update={"nectar": nectar})
-    if max_steps is not None:
-        updates["grpo"] = cfg.grpo.model_copy(update={"max_steps": max_steps})
-    cfg = cfg.model_copy(update=updates)
-    manifest = run_training(what, cfg)  # type: ignore[arg-type]
+    cfg = load_train_config(config, output_dir=output_dir, data_dir=data_dir, max_steps=max_steps)
+    manifest = run_training(what, cfg, overwrite=overwrite)  # type: ignore[arg-type]
     typer.echo(f"{what} checkpoint: {manifest['checkpoint']} ({manifest['data']['rows']} training rows; "
                f"manifest {manifest['checkpoint']}/dr_manifest.json)")
     for step in manifest["reward_history"]:

@@ -219,7 +219,7 @@ def test_the_paper_combination_against_trls_normalize_then_sum():
 
 
 @pytest.mark.slow
-def test_coevolve_two_rounds_with_stale_controls_on_tiny_models(tmp_path: Path, shared_data: Path):
+def test_coevolve_two_rounds_with_stale_controls_on_tiny_models(tmp_path: Path, nectar_dir: Path):
     """Real models end to end (tiny random ones, the generator's rubrics decoded under the rubric schema): G1, P1,
     G2, P2 and the stale G2~, P2~ land in coevolve.json with their parents, each a loadable checkpoint."""
     import subprocess
@@ -238,9 +238,8 @@ def test_coevolve_two_rounds_with_stale_controls_on_tiny_models(tmp_path: Path, 
                  "policy_rules": {"max_prompt_chars": 300}},
         "generator_grpo": tiny, "policy_grpo": tiny,
     }))
-    nectar = shared_data / "nectar" / "ablation_baseline_no_tiebreak_rankings.jsonl"
     done = subprocess.run([sys.executable, "-m", "harness", "train", "coevolve", "--config", str(config), "--rounds",
-                           "2", "--nectar", str(nectar)], capture_output=True, text=True, timeout=900)
+                           "2", "--data-dir", str(nectar_dir)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     manifest = json.loads((tmp_path / "co" / "coevolve.json").read_text())
     stages = {s["name"]: s for s in manifest["stages"]}
@@ -257,23 +256,23 @@ def test_coevolve_two_rounds_with_stale_controls_on_tiny_models(tmp_path: Path, 
         assert (co / name / "model.safetensors").is_file() and (co / name / "tokenizer_config.json").is_file()
         assert checkpoint["data"]["rows"] >= 1 and len(checkpoint["data"]["fingerprint"]) == 16
     assert json.loads((co / "G2" / "dr_manifest.json").read_text())["parents"]["policy"]["spec"] == f"hf:{co / 'P1'}"
-    # A rerun finds every stage done and trains nothing.
-    written = {name: (co / name / "model.safetensors").stat().st_mtime_ns for name in stages}
+    # A rerun finds every stage done, bound to the same settings, and trains nothing.
+    written = {name: (co / name / "model.safetensors").read_bytes() for name in stages}
     again = subprocess.run([sys.executable, "-m", "harness", "train", "coevolve", "--config", str(config),
-                            "--nectar", str(nectar)], capture_output=True, text=True, timeout=300)
+                            "--data-dir", str(nectar_dir)], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "G2-stale" in again.stdout
-    assert {name: (co / name / "model.safetensors").stat().st_mtime_ns for name in stages} == written
+    assert [s["status"] for s in json.loads((co / "coevolve.json").read_text())["stages"]] == ["kept"] * 6
+    assert {name: (co / name / "model.safetensors").read_bytes() for name in stages} == written
 
 
 @pytest.mark.slow
-def test_one_policy_step_with_smollm2_then_harness_generate_loads_the_checkpoint(tmp_path: Path, shared_data: Path):
+def test_one_policy_step_with_smollm2_then_harness_generate_loads_the_checkpoint(tmp_path: Path, nectar_dir: Path):
     import subprocess
     import sys
 
     out = tmp_path / "p1"
-    nectar = shared_data / "nectar" / "ablation_baseline_no_tiebreak_rankings.jsonl"
     done = subprocess.run([sys.executable, "-m", "harness", "train", "policy", "--config",
-                           "training/configs/policy-cpu.yaml", "--nectar", str(nectar), "--output-dir", str(out)],
+                           "training/configs/policy-cpu.yaml", "--data-dir", str(nectar_dir), "--output-dir", str(out)],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     manifest = json.loads((out / "dr_manifest.json").read_text())

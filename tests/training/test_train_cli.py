@@ -1,8 +1,10 @@
-"""`harness train` and `harness bench reward`: bad input is one clear error line (exit 2) before any model loads;
-the GPU path (vLLM colocated generation, bf16) runs where CUDA is."""
+"""`harness train` and `harness bench reward`: bad input (config, data file, a stage of a co-evolution) is one clear
+error line (exit 2) before any model loads; Nectar comes from a data dir; the GPU path (vLLM colocated generation,
+bf16) runs where CUDA is."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,34 +19,92 @@ def _train(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+def _write(path: Path, config: dict) -> Path:
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+def _one_error_line(done: subprocess.CompletedProcess) -> str:
+    """The run's only stderr line, checked to be an `error:` line of exit code 2."""
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-3000:]
+    return lines[0]
+
+
 def test_bad_configs_are_one_line_errors(tmp_path: Path):
     config = tmp_path / "c.yaml"
     config.write_text("model: smollm2-135m\noutput_dir: out\nverifier: smollm2-135m\nlearning_rate: 1\n")
     unknown = _train("policy", "--config", str(config))
     assert unknown.returncode == 2 and "learning_rate: Extra inputs are not permitted" in unknown.stderr
-    config.write_text("model: smollm2-135m\noutput_dir: out\nverifier: smollm2-135m\n")
-    no_sets = _train("generator", "--config", str(config), "--nectar", str(tmp_path / "missing.jsonl"))
-    assert no_sets.returncode == 2 and "data.nectar: no such file" in no_sets.stderr
+    config.write_text("model: smollm2-135m\noutput_dir: out\nverifier: smollm2-135m\ngenerator: smollm2-135m\n")
+    no_data = _train("policy", "--config", str(config), "--data-dir", str(tmp_path / "missing"))
+    assert f"benchmark data folder not found: {tmp_path / 'missing' / 'nectar'}; the data is on the Hugging Face Hub" \
+        in _one_error_line(no_data)
     verb = _train("critic", "--config", str(config))
     assert verb.returncode == 2 and "expected generator, policy or coevolve" in verb.stderr
+    gone = _train("policy", "--config", str(config), "--nectar", str(tmp_path / "rows.jsonl"))
+    assert gone.returncode == 2 and "No such option: --nectar" in gone.stderr
 
 
-def test_generator_training_needs_the_policy_sets(tmp_path: Path, shared_data: Path):
+def test_generator_training_needs_the_policy_sets(tmp_path: Path, nectar_dir: Path):
     config = tmp_path / "c.yaml"
     config.write_text("model: smollm2-135m\noutput_dir: out\nverifier: smollm2-135m\ndata: {limit: 1}\n")
-    nectar = shared_data / "nectar" / "ablation_baseline_no_tiebreak_rankings.jsonl"
-    found = _train("generator", "--config", str(config), "--nectar", str(nectar), "--output-dir", str(tmp_path / "g"))
+    found = _train("generator", "--config", str(config), "--data-dir", str(nectar_dir), "--output-dir",
+                   str(tmp_path / "g"))
     assert found.returncode == 2 and "data.sets: generator training needs the policy" in found.stderr
 
 
-def test_nothing_left_after_the_rules_says_which_rules_dropped_what(tmp_path: Path, shared_data: Path):
-    config = tmp_path / "c.yaml"
-    config.write_text("model: smollm2-135m\noutput_dir: out\nverifier: smollm2-135m\ngenerator: smollm2-135m\n"
-                      "data: {policy_rules: {max_prompt_chars: 1}}\n")
-    nectar = shared_data / "nectar" / "ablation_baseline_no_tiebreak_rankings.jsonl"
-    found = _train("policy", "--config", str(config), "--nectar", str(nectar), "--output-dir", str(tmp_path / "p"))
+def test_nectar_is_read_from_the_data_dir_where_the_benchmark_reads_it(tmp_path: Path, nectar_dir: Path,
+                                                                       tiny_lm: Path):
+    """`--data-dir DIR` reads `DIR/nectar/rlaif.jsonl`, as the `nectar_lmsys` benchmark does; so does the config's
+    `data.data_dir`."""
+    config = _write(tmp_path / "c.yaml", {"model": f"hf:{tiny_lm}", "output_dir": str(tmp_path / "p"),
+                                          "verifier": f"hf:{tiny_lm}", "generator": f"hf:{tiny_lm}",
+                                          "data": {"policy_rules": {"max_prompt_chars": 1}}})
+    found = _train("policy", "--config", str(config), "--data-dir", str(nectar_dir))
     assert found.returncode == 2 and "no Nectar row passed the rules" in found.stderr
     assert "dropped by max_prompt_chars: 189" in found.stderr and "dropped by min_prompt_chars: 5" in found.stderr
+    _write(config, {**json.loads(config.read_text()), "data": {"data_dir": str(nectar_dir), "policy_rules": {
+        "max_prompt_chars": 1}}})
+    assert "dropped by max_prompt_chars: 189" in _train("policy", "--config", str(config)).stderr
+
+
+@pytest.mark.parametrize("name, content, problem", [
+    ("rlaif.parquet", "prompt,answers\nthis is a CSV file, not parquet\n", "not a readable parquet file"),
+    ("rlaif.jsonl", '{"prompt": "\\n\\nHuman: Hi\\n\\nAssistant: ", "answers": [\n', "rlaif.jsonl:1: invalid JSON"),
+    ("rlaif.jsonl", '{"prompt": "\\n\\nHuman: Hi\\n\\nAssistant: ", "answers": "none"}\n',
+     "rlaif.jsonl:1: field 'answers' must be a list"),
+])
+def test_a_malformed_data_file_is_one_line_naming_it(tmp_path: Path, tiny_lm: Path, name: str, content: str,
+                                                     problem: str):
+    (tmp_path / "data" / "nectar").mkdir(parents=True)
+    (tmp_path / "data" / "nectar" / name).write_text(content)
+    config = _write(tmp_path / "c.yaml", {"model": f"hf:{tiny_lm}", "output_dir": str(tmp_path / "p"),
+                                          "verifier": f"hf:{tiny_lm}", "generator": f"hf:{tiny_lm}"})
+    line = _one_error_line(_train("policy", "--config", str(config), "--data-dir", str(tmp_path / "data")))
+    assert str(tmp_path / "data" / "nectar" / name) in line and problem in line
+    assert not (tmp_path / "p").exists()
+
+
+def test_coevolve_modes_are_checked_when_the_config_loads(tmp_path: Path):
+    config = _write(tmp_path / "co.yaml", {"policy": "smollm2-135m", "generator": "smollm2-135m",
+                                           "verifier": "smollm2-135m", "output_dir": str(tmp_path / "co"),
+                                           "verify_mode": "telepathy", "objective": "bogus"})
+    line = _one_error_line(_train("coevolve", "--config", str(config)))
+    assert "verify_mode: Input should be 'per_item', 'batched' or 'logprob'" in line
+    assert "objective: Input should be 'both', 'disc' or 'anchor'" in line
+
+
+def test_coevolve_checks_every_stage_before_training_the_first(tmp_path: Path, tiny_lm: Path, nectar_dir: Path):
+    """A value TRL refuses in the policy's settings stops the run before G1 trains (it used to fail after)."""
+    config = _write(tmp_path / "co.yaml", {
+        "policy": f"hf:{tiny_lm}", "generator": f"hf:{tiny_lm}", "verifier": f"hf:{tiny_lm}",
+        "output_dir": str(tmp_path / "co"), "data": {"limit": 2},
+        "generator_grpo": {"num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 1},
+        "policy_grpo": {"num_generations": 3, "per_device_train_batch_size": 2, "max_steps": 1}})
+    line = _one_error_line(_train("coevolve", "--config", str(config), "--data-dir", str(nectar_dir)))
+    assert "stage P1: grpo: generation_batch_size (2) must be divisible by num_generations (3)" in line
+    assert not (tmp_path / "co" / "G1").exists()
 
 
 def test_bench_reward_reports_the_ratio_of_one_run():

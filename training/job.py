@@ -1,0 +1,174 @@
+"""One training job: checked and bound to its output dir before any model call (`prepare`), then run (`run`).
+
+`prepare` checks everything that can be known before a model is called: the kind's required fields, the backend
+options, TRL's own checks of the GRPO settings, the model to train, the data file, and the identity of every model
+the job starts from or is rewarded by. From these it builds the job's *settings* (`job_settings`) and compares them
+with what the output dir holds (`training.checkpoint`). `run` refuses a dir trained with other settings (naming
+every difference) unless `overwrite` discards it, reads the data, writes the manifest with status `running`, trains
+(`training.grpo`) and writes the manifest's end. A rerun of the same settings keeps a finished
+checkpoint (`overwrite` trains it again) and trains an unfinished one again from the start: the generator's
+response sets (`sets.jsonl`) resume, and the call cache answers the frozen models' repeated calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.errors import ConfigError, HarnessError, Interrupted
+from training import checkpoint
+from training.grpo import GRPOSettings, TrainConfig
+
+log = logging.getLogger("harness.train")
+Kind = Literal["generator", "policy"]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A training job that passed every check `prepare` makes."""
+
+    kind: Kind
+    config: TrainConfig
+    options: Any
+    """The frozen models' `BackendOptions`."""
+    nectar: Path | None
+    """The Nectar file (None: the Hub split)."""
+    parents: dict[str, dict[str, Any]]
+    """Role (`model`, `verifier`, `generator` or `policy`) -> `{spec, identity}`."""
+    settings: dict[str, Any]
+    """What the checkpoint is bound to (`job_settings`)."""
+    binding: checkpoint.Binding
+    """How the output dir stands against `settings`."""
+
+
+def roles(kind: Kind, config: TrainConfig) -> dict[str, str]:
+    """Role -> model spec of every model the job starts from or is rewarded by."""
+    found = {"model": config.model, "verifier": config.verifier}
+    if kind == "generator":
+        if config.data.sets is None:
+            raise ConfigError("data.sets: generator training needs the policy whose response sets it rates")
+        found["policy"] = config.data.sets.policy
+    else:
+        if config.generator is None:
+            raise ConfigError("generator: policy training needs the frozen DR-Generator's model spec")
+        found["generator"] = config.generator
+    return found
+
+
+def identify(spec: str, options: Any) -> dict[str, Any]:
+    """A model's identity (weights fingerprint, hub commit or server), without loading it."""
+    from harness.backends import load_backend
+    from training.grpo import backend_spec
+
+    return load_backend(backend_spec(spec), options).identity()
+
+
+def job_settings(kind: Kind, config: TrainConfig, *, parents: Mapping[str, Mapping[str, Any]],
+                 data: str) -> dict[str, Any]:
+    """Everything that changes what a job trains: its kind, its config (less the output dir, the data dir's path
+    and the runtime knobs: the backend's options, whose output-changing choices are in the models' identities, and
+    `GRPOSettings.RUNTIME`), the identities of its parents and the data's fingerprint."""
+    values = config.model_dump(mode="json", exclude={
+        "output_dir": True, "backend": True, "data": {"data_dir": True},
+        "grpo": {name: True for name in GRPOSettings.RUNTIME}})
+    identities = {role: parent["identity"] for role, parent in parents.items()}
+    return {"kind": kind, **values, "parents": identities, "data_source": data}
+
+
+def prepare(kind: Kind, config: TrainConfig, *, known: Mapping[str, dict[str, Any]] | None = None) -> Job:
+    """Check a job and compare it with its output dir, calling no model and writing nothing.
+
+    Args:
+        kind: `generator` or `policy`.
+        config: The resolved config.
+        known: Model spec -> identity for models that need not (or cannot yet) be identified from their weights:
+            `coevolve` passes the earlier stages' checkpoints this way.
+
+    Raises:
+        ConfigError: for a bad config value, a missing data file, or a model that cannot be identified.
+    """
+    from benchmarks.nectar import local_file
+    from harness.config import backend_options
+    from training.data import source_fingerprint
+    from training.grpo import grpo_config, model_path
+
+    parent_specs = roles(kind, config)
+    options = backend_options(config.backend, where="backend")
+    nectar = local_file(Path(config.data.data_dir)) if config.data.data_dir is not None else None
+    grpo_config(config.grpo, Path(config.output_dir))
+    model_path(config.model)
+    known = known or {}
+    parents = {role: {"spec": spec, "identity": known[spec] if spec in known else identify(spec, options)}
+               for role, spec in parent_specs.items()}
+    settings = job_settings(kind, config, parents=parents, data=source_fingerprint(nectar))
+    return Job(kind, config, options, nectar, parents, settings, checkpoint.check(config.output_dir, settings))
+
+
+def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
+    """Train a prepared job into its output dir; returns the manifest written there.
+
+    Raises:
+        ConfigError: for an output dir trained with other settings (without `overwrite`), malformed data, data
+            that leaves nothing to train on, or a model that cannot be loaded.
+    """
+    from training.data import fingerprint
+    from training.grpo import read_rows
+
+    if job.binding.state == "other" and (job.binding.foreign or not overwrite):
+        raise checkpoint.refusal([job.binding])
+    if job.binding.state == "finished" and not overwrite:  # the same command again: the checkpoint stands
+        log.info("%s is trained with these settings; --overwrite trains it again", job.config.output_dir)
+        return checkpoint.read(job.config.output_dir)
+    rows, report = read_rows(job.config.data, job.nectar, policy=job.kind == "policy")
+    for line in report.lines():
+        log.info("nectar: %s", line)
+    if overwrite and job.binding.state != "new":
+        checkpoint.discard(job.binding)
+    out = Path(job.config.output_dir)
+    manifest = checkpoint.start(out, kind=job.kind, settings=job.settings,
+                                config=job.config.model_dump(mode="json"), parents=job.parents)
+    try:
+        rows, history = _train(job, rows)
+    except BaseException as exc:
+        interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted, asyncio.CancelledError))
+        try:
+            checkpoint.finish(out, manifest, status="interrupted" if interrupted else "failed",
+                              error=f"{type(exc).__name__}: {exc}")
+        except HarnessError:
+            pass  # the first error is the one to report; this one (often the same full disk) only repeats it
+        raise
+    data = {"fingerprint": fingerprint(rows), "rows": len(rows),
+            "filter": {"seen": report.seen, "kept": report.kept, "dropped": report.dropped}}
+    return checkpoint.finish(out, manifest, status="finished", data=data, reward_history=history)
+
+
+def train(kind: Kind, config: TrainConfig, *, overwrite: bool = False) -> dict[str, Any]:
+    """`prepare` and `run` one job; returns the manifest it writes."""
+    return run(prepare(kind, config), overwrite=overwrite)
+
+
+def _train(job: Job, rows: list) -> tuple[list, list[dict[str, Any]]]:
+    """Sample the generator's sets (generator jobs), train, save; returns the rows trained on and the reward's
+    per-step history."""
+    from harness.cache import CallCache
+    from harness.pool import BackendPool
+    from training.grpo import fit, generator_dataset, make_reward, policy_dataset, sample_sets
+
+    config, out = job.config, Path(job.config.output_dir)
+    if job.kind == "generator":
+        sets_pool = BackendPool(options=job.options, cache=CallCache())
+        rows, sets, _ = sample_sets(rows, config.data.sets, out / "sets.jsonl", sets_pool, seed=config.grpo.seed)
+        dataset = generator_dataset(rows, sets, seed=config.grpo.seed)
+    else:
+        dataset = policy_dataset(rows)
+    pool = BackendPool(options=job.options, cache=CallCache())
+    reward = make_reward(job.kind, config, pool)
+    try:
+        fit(config.model, config.grpo, dataset, reward, out)
+    finally:
+        asyncio.run(pool.close())
+    return rows, reward.history
