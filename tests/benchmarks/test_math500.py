@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,9 @@ from benchmarks.math500 import PROMPT_SUFFIX, Math500
 from harness.errors import ConfigError
 
 pytest.importorskip("math_verify", reason="the verifiable extra (math-verify) is not installed")
+
+HANG_GUARD_S = 600
+"""A bound that only stops a hang: math-verify's checks take milliseconds, its pool's start seconds."""
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,9 @@ def test_the_local_file_gives_the_500_problems(items, shared_data: Path, tmp_pat
 def test_math_verify_self_check_corruption_and_a_timeout(items):
     from judges.math_check import MathChecker
 
-    checker = MathChecker(timeout_s=20, workers=2)
+    # A check's bound also covers the pool's start (a fresh Python importing math-verify, seconds on a busy
+    # machine), so only the check meant to time out gets a short one.
+    checker = MathChecker(timeout_s=HANG_GUARD_S, workers=2)
     try:
         found = [checker.check(i.meta["answer"], f"So the answer is $\\boxed{{{i.meta['answer']}}}$.") for i in items]
         assert sum(ok is True for ok, *_ in found) == 500
@@ -51,10 +55,9 @@ def test_math_verify_self_check_corruption_and_a_timeout(items):
         checker.close()
     quick = MathChecker(timeout_s=2, workers=1)
     try:
-        start = time.perf_counter()
-        ok, _, _, failure = quick.check("1", "$\\boxed{9^{9^{9^{9^{9}}}}!}$")
-        assert ok is None and failure is not None and failure.message.startswith("timeout:")
-        assert time.perf_counter() - start < 10
+        ok, _, _, failure = quick.check("1", "$\\boxed{9^{9^{9^{9^{9}}}}!}$")  # never finishes: cut off
+        assert ok is None and failure is not None and failure.message == "timeout: math-verify took over 2 s"
+        quick.timeout_s = HANG_GUARD_S  # the fresh pool starts inside the next check's bound
         assert quick.check("2", "$\\boxed{2}$")[0] is True  # a fresh pool carries on
     finally:
         quick.close()
@@ -95,6 +98,8 @@ def test_fig3_runs_a_loopback_policy_and_draws_the_figure(tmp_path: Path, shared
     with serve_in_thread(policy) as url:
         config.write_text("only_rows: ['Native Qwen3-8B']\nrows: {'Native Qwen3-8B': 'openai:policy'}\n"
                           "bench_options: {mmlu_pro: {shots: 0}}\n"  # the local data has no validation split
+                          # a check's bound covers the checker pool's start: a busy machine needs over 10 s
+                          f"judge_settings: {{math500: {{timeout_s: {HANG_GUARD_S}}}}}\n"
                           f"backend: {{base_url: '{url}'}}\n")
         argv = [sys.executable, "-m", "harness", "run", "fig3", "--config", str(config), "--limit", "4", "--seeds",
                 "2", "--data-dir", str(shared_data)]

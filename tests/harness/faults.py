@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import threading
 
 from harness.backends.openai_backend import PREFILL_PROBE, PROBE_QUESTION, SHORT_PROBE
 from harness.errors import FailureCategory
-from harness.loopback import DROP, HttpRequest, HttpResponse, chat_completion, json_response
+from harness.loopback import DROP, Action, Handler, HttpRequest, HttpResponse, chat_completion, json_response
 
 KEY_ENV = "HARNESS_TEST_OPENAI_KEY"
 KEY = "sk-test-DISTINCTIVE-secret-0123456789"
@@ -90,11 +91,69 @@ class FaultyServer:
         if fault == "drop":
             return DROP
         if fault == "hang":
-            await asyncio.sleep(5)  # far past the client's 0.5 s timeout; cancelled when the server closes
-            return json_response(chat_completion(["too late"]))
+            await asyncio.Event().wait()  # never answers (the client times out); cancelled on close
         return HttpResponse(status=200, body=b'{"choices": [{"message": ')  # malformed: cut-off JSON
 
 
+# -- a gate the test opens -----------------------------------------------------------------------------------
+
+
+def is_asked(request: HttpRequest) -> bool:
+    """Whether a request is a chat completion a test asked for (not a model list, not a capability probe)."""
+    if request.method != "POST" or not request.path.endswith("/chat/completions"):
+        return False
+    try:
+        return not is_probe(request.json())
+    except (ValueError, KeyError, IndexError, TypeError):
+        return True
+
+
+class Gate:
+    """Wraps a handler: the first `let_through` asked requests reach it, the rest wait till the test opens it.
+
+    A test that must act while a client is mid-run (start a second writer, kill it, interrupt it) lets a few
+    answers through, waits for them to be saved, and acts: the client cannot finish before the gate opens,
+    however slow the machine. Model lists and capability probes always pass. `open()` lets every waiting
+    request through; `open(drop_held=True)` closes their connections instead (their client is gone, and an
+    answer to it would only show up in the wrapped handler's counts).
+    """
+
+    def __init__(self, handler: Handler, *, let_through: int = 0) -> None:
+        self.handler = handler
+        self.let_through = let_through
+        self.passed = 0
+        """Asked requests handed to the wrapped handler so far."""
+        self._lock = threading.Lock()
+        self._is_open = False
+        self._drop_held = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opened: asyncio.Event | None = None  # lives on the server's loop
+
+    def open(self, *, drop_held: bool = False) -> None:
+        """Let every request through from now on (from any thread); waiting ones pass, or are dropped."""
+        with self._lock:
+            if self._is_open:
+                return
+            self._is_open, self._drop_held = True, drop_held
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._opened.set)
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse | Action:
+        if not is_asked(request):
+            return await self.handler(request)
+        with self._lock:
+            held = not self._is_open and self.passed >= self.let_through
+            if held and self._opened is None:
+                self._loop, self._opened = asyncio.get_running_loop(), asyncio.Event()
+            if not held:
+                self.passed += 1
+        if held:
+            await self._opened.wait()
+            if self._drop_held:
+                return DROP
+            with self._lock:
+                self.passed += 1
+        return await self.handler(request)
 
 
 # -- a server with the gaps of a real one ----------------------------------------------------------------------

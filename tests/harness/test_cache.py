@@ -174,7 +174,7 @@ def test_safe_under_several_processes(tmp_path: Path):
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
+        p.join(600)  # a hang guard: each writer needs seconds, more on a busy machine
         assert p.exitcode == 0
     stats = CallCache(path).stats()
     assert stats.entries == 4 * 50 + 1

@@ -6,7 +6,7 @@ one resume rule, bad input and a failing disk give one `error:` line, credential
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -16,9 +16,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from faults import Gate
 
 from harness.loopback import HttpResponse, chat_completion, json_response, serve_in_thread
 
@@ -33,9 +35,8 @@ class Server:
     200 with a cut-off body.
     """
 
-    def __init__(self, mode: str = "echo", latency_s: float = 0.0) -> None:
+    def __init__(self, mode: str = "echo") -> None:
         self.mode = mode
-        self.latency_s = latency_s
         self.requests = 0
         self._lock = threading.Lock()
 
@@ -45,8 +46,6 @@ class Server:
         text = request.json()["messages"][-1]["content"]
         with self._lock:
             self.requests += 1
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
         if self.mode == "malformed":
             return HttpResponse(status=200, body=b'{"choices": [{"message": ')
         if self.mode == "noverdict":
@@ -238,76 +237,134 @@ def test_report_refuses_what_is_not_a_run(tmp_path: Path, server, env):
 # One writer per output
 
 
-def _wait_for_lines(path: Path, count: int, proc: subprocess.Popen, deadline_s: float = 60) -> None:
-    deadline = time.monotonic() + deadline_s
+HANG_GUARD_S = 600
+"""How long a test waits for an event before it calls the run hung: a failure guard, never what passes."""
+
+
+@contextlib.contextmanager
+def gated_server(let_through: int) -> Iterator[tuple[Server, Gate]]:
+    """An echo server behind a `Gate`: the first `let_through` questions are answered, the rest held."""
+    srv = Server()
+    gate = Gate(srv, let_through=let_through)
+    with serve_in_thread(gate) as url:
+        srv.url = url
+        try:
+            yield srv, gate
+        finally:
+            gate.open()  # a failed test leaves no request waiting
+
+
+def _wait_for_lines(path: Path, count: int, proc: subprocess.Popen) -> None:
+    """Wait until `path` holds `count` lines, while `proc` runs (the gate keeps it from finishing first)."""
+    deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline and proc.poll() is None:
         if path.exists() and path.read_text().count("\n") >= count:
             return
         time.sleep(0.02)
-    raise AssertionError(f"{path} did not reach {count} lines")
+    raise AssertionError(f"{path} did not reach {count} lines (the process exited with {proc.poll()})")
 
 
-def test_a_second_writer_is_refused_or_waits_and_nothing_is_lost(tmp_path: Path, server, env):
-    """Two processes on one output, the case that once lost answers to a compaction racing an append: the second
-    never gets to write (or compact) while the first holds the lock."""
-    server.latency_s = 0.2
-    prompts = prompts_file(tmp_path / "p.jsonl", 60)
+def _wait_for_stderr(proc: subprocess.Popen, fragment: str) -> None:
+    """Read `proc`'s stderr up to the first line that holds `fragment`; fail if the process ends first."""
+    seen: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            seen.append(line)
+            if fragment in line:
+                break
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    assert done.wait(HANG_GUARD_S) and seen and fragment in seen[-1], (fragment, "".join(seen))
+
+
+def _generate_args(url: str, tmp_path: Path, n: int) -> tuple[list[str], Path]:
     out = tmp_path / "out.jsonl"
-    args = ["generate", "--model", "openai:m", "--base-url", server.url, "--prompts", str(prompts),
-            "--out", str(out), "--concurrency", "2"]
-    first = spawn(*args, env=env)
-    _wait_for_lines(out, 5, first)
-    second = harness(*args, env=env)
-    error_line(second, f"out.jsonl is being written by another harness process (pid {first.pid} on", "--wait")
-    waited = harness(*args, "--wait", env=env)  # waits for the first, then finds everything done
-    assert first.wait(60) == 0, first.stderr.read()
-    assert waited.returncode == 0, waited.stderr
-    assert "waiting for" in waited.stderr and "60 already done" in waited.stdout
-    assert "backend calls: 0" in waited.stdout
+    return ["generate", "--model", "openai:m", "--base-url", url, "--prompts",
+            str(prompts_file(tmp_path / "p.jsonl", n)), "--out", str(out), "--concurrency", "2"], out
+
+
+def test_a_second_writer_is_refused_or_waits_and_nothing_is_lost(tmp_path: Path, env):
+    """Two processes on one output, the case that once lost answers to a compaction racing an append: the
+    second never gets to write (or compact) while the first holds the lock.
+
+    The server answers the first writer's first 5 questions and holds the rest, so the first writer holds the
+    lock and cannot finish while the second is refused and a third (`--wait`) starts waiting. Then the gate
+    opens: the first finishes, the third finds all 60 done and asks nothing; every answer is saved once.
+    """
+    with gated_server(let_through=5) as (server, gate):
+        args, out = _generate_args(server.url, tmp_path, 60)
+        first = spawn(*args, env=env)
+        try:
+            _wait_for_lines(out, 5, first)
+            second = harness(*args, env=env)
+            error_line(second, f"out.jsonl is being written by another harness process (pid {first.pid} on",
+                       "--wait")
+            waiter = spawn(*args, "--wait", env=env)
+            try:
+                _wait_for_stderr(waiter, f"waiting for {out}: held by pid {first.pid}")
+                assert first.poll() is None and waiter.poll() is None  # held at the gate, and at the lock
+                assert len(lines(out)) == 5
+                gate.open()
+                _, first_err = first.communicate(timeout=HANG_GUARD_S)
+                waited_out, waited_err = waiter.communicate(timeout=HANG_GUARD_S)
+            finally:
+                waiter.kill()
+        finally:
+            first.kill()
+    assert first.returncode == 0, first_err
+    assert waiter.returncode == 0, waited_err
+    assert "60 already done" in waited_out and "backend calls: 0" in waited_out
     records = lines(out)
     assert sorted(r["id"] for r in records) == sorted(f"p{i}" for i in range(60))  # each exactly once
     assert server.requests == 60
 
 
-def test_kill_9_during_generate_then_resume_keeps_every_answer_once(tmp_path: Path, server, env):
-    server.latency_s = 0.05
-    prompts = prompts_file(tmp_path / "p.jsonl", 40)
-    out = tmp_path / "out.jsonl"
-    args = ["generate", "--model", "openai:m", "--base-url", server.url, "--prompts", str(prompts),
-            "--out", str(out), "--concurrency", "2"]
-    proc = spawn(*args, env=env)
-    _wait_for_lines(out, 8, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(30)
-    kept = len(out.read_text().splitlines())
-    assert 8 <= kept < 40
-    resumed = harness(*args, env=env)  # the lock died with its process
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"{kept} already done" in resumed.stdout
+def test_kill_9_during_generate_then_resume_keeps_every_answer_once(tmp_path: Path, env):
+    """SIGKILL after 8 of 40 answers (the server holds the rest): the 8 stay, the lock dies with the process,
+    and a rerun asks for the other 32 only."""
+    with gated_server(let_through=8) as (server, gate):
+        args, out = _generate_args(server.url, tmp_path, 40)
+        proc = spawn(*args, env=env)
+        try:
+            _wait_for_lines(out, 8, proc)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=HANG_GUARD_S)
+        gate.open(drop_held=True)  # what the killed process still waited for goes nowhere
+        assert len(lines(out)) == 8
+        resumed = harness(*args, env=env)  # the lock died with its process
+        assert resumed.returncode == 0, resumed.stderr
+        assert "8 already done" in resumed.stdout and server.requests == 40
     records = lines(out)
     assert sorted(r["id"] for r in records) == sorted(f"p{i}" for i in range(40))
     assert all(r["text"] == f"answer:question {r['id'][1:]}" for r in records)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_run_says_what_was_saved(sig, tmp_path: Path, server, env):
-    server.latency_s = 0.05
-    prompts = prompts_file(tmp_path / "p.jsonl", 40)
-    out = tmp_path / "out.jsonl"
-    args = ["generate", "--model", "openai:m", "--base-url", server.url, "--prompts", str(prompts),
-            "--out", str(out), "--concurrency", "2"]
-    proc = spawn(*args, env=env)
-    _wait_for_lines(out, 6, proc)
-    proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    saved = len(out.read_text().splitlines())
-    assert f"interrupted: {saved} of 40 samples are saved in {out}" in stderr and "Traceback" not in stderr
-    assert "rerun the same command to resume" in stderr
-    manifest = json.loads((tmp_path / "out.jsonl.manifest.json").read_text())
-    assert manifest["status"] == "interrupted" and manifest["summary"]["missing"] == 40 - saved
-    resumed = harness(*args, env=env)
-    assert resumed.returncode == 0 and f"{saved} already done" in resumed.stdout
+def test_an_interrupted_run_says_what_was_saved(sig, tmp_path: Path, env):
+    """Ctrl-C or SIGTERM after 6 of 40 answers (the server holds the rest): exit 130, a message and a manifest
+    that say what is saved, and a rerun that resumes from there."""
+    with gated_server(let_through=6) as (server, gate):
+        args, out = _generate_args(server.url, tmp_path, 40)
+        proc = spawn(*args, env=env)
+        try:
+            _wait_for_lines(out, 6, proc)
+            proc.send_signal(sig)
+            _, stderr = proc.communicate(timeout=HANG_GUARD_S)
+        finally:
+            proc.kill()
+        assert proc.returncode == 130, stderr
+        assert len(lines(out)) == 6
+        assert f"interrupted: 6 of 40 samples are saved in {out}" in stderr and "Traceback" not in stderr
+        assert "rerun the same command to resume" in stderr
+        manifest = json.loads((tmp_path / "out.jsonl.manifest.json").read_text())
+        assert manifest["status"] == "interrupted" and manifest["summary"]["missing"] == 34
+        gate.open(drop_held=True)  # the interrupted process no longer listens
+        resumed = harness(*args, env=env)
+    assert resumed.returncode == 0 and "6 already done" in resumed.stdout
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -331,7 +388,7 @@ def test_eval_stops_before_any_model_call_on_bad_input(case: str, tmp_path: Path
         "empty data file": "benchmark 'ultrafeedback' loaded no items",
         "corrupt data file": f"{target}:2: invalid JSON (column 1: Expecting value)",
         "non-UTF-8 data file": f"{target}:2: not UTF-8 text (byte 0xff",
-        "unknown benchmark": "unknown benchmark 'ultrafeedbak'; valid: ",
+        "unknown benchmark": "unknown benchmark 'ultrafeedbak' (did you mean 'ultrafeedback'?); valid: ",
         "unbuildable evaluator": "evaluator 'pairwise-judge:modle=openai:judge' cannot be built: ",
     }[case]
     if case == "missing data dir":
