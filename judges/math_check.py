@@ -4,8 +4,10 @@ math-verify (0.9) parses LaTeX into sympy and compares: `verify(gold, answer)` i
 timeouts use `signal.alarm`, which fails off a process's main thread, so both are switched off
 (`parsing_timeout=None`, `timeout_seconds=None`) and the bound is enforced from outside: each check runs in a worker
 process, and one that takes longer than `timeout_s` is a recorded failure (category `parse`, message `timeout: ...`:
-final, as the same output would time out again): the worker pool is terminated and started again, so a
-pathological expression never hangs the run.
+final, as the same output would time out again): that worker is killed and another started, so a pathological
+expression never hangs the run. The clock starts when a started, idle worker receives the check, so neither a
+worker's start (a fresh Python importing math-verify: seconds on a busy machine) nor the wait for a free worker
+counts against it, and a timeout stops no other check.
 
 Gold: the `answer` string wrapped in `$...$` (raw, 449 of the 500 answers parse; wrapped, all 500 do). Answer: the
 policy's whole output, parsed with math-verify's default extraction (LaTeX with `\\boxed{}` first, then plain
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import queue
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,6 +47,67 @@ def _warm() -> None:
 
     # It warns on every call that its timeouts are off; they are, on purpose (the bound is the pool's).
     logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+
+def _serve(conn: Any) -> None:
+    """A worker process: warm up, say so, then answer (gold, output) checks until the pipe closes."""
+    _warm()
+    conn.send(READY)
+    while True:
+        try:
+            gold, output = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send(("ok", check_answer(gold, output)))
+        except Exception as exc:  # noqa: BLE001 - math-verify or sympy raising on odd input
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+READY = "ready"
+WORKER_START_S = 600.0
+"""How long a worker may take to start before it counts as broken (a hang guard, not a check's bound)."""
+
+
+class _Worker:
+    """One checking process and the pipe to it."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        self.started = False
+
+    def wait_started(self) -> None:
+        """Block until the worker has imported math-verify (no check's clock runs meanwhile).
+
+        Raises:
+            ConfigError: when it dies or does not start within `WORKER_START_S`.
+        """
+        if self.started:
+            return
+        try:
+            if self.conn.poll(WORKER_START_S) and self.conn.recv() == READY:
+                self.started = True
+                return
+        except (EOFError, OSError):
+            pass
+        self.kill()
+        raise ConfigError(f"a math-verify worker did not start within {WORKER_START_S:g} s")
+
+    def run(self, gold: str, output: str, timeout_s: float) -> tuple[str, Any] | None:
+        """The worker's answer to one check, or None when it takes over `timeout_s` (counted from now)."""
+        self.conn.send((gold, output))
+        if not self.conn.poll(timeout_s):
+            return None
+        return self.conn.recv()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join()
+        self.conn.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +140,8 @@ class MathChecker:
             raise ConfigError(f"math checker: need timeout_s > 0 and workers >= 1, got {timeout_s}, {workers}")
         self.timeout_s = timeout_s
         self.workers = workers
-        self._pool: Any = None
-        self._lock = threading.Lock()
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._free = threading.BoundedSemaphore(workers)
         self.requests = 0
         """Model requests (always 0: nothing is asked of a model)."""
 
@@ -85,26 +149,29 @@ class MathChecker:
     def settings(self) -> dict[str, Any]:
         return {"checker": "math-verify", "timeout_s": self.timeout_s}
 
-    def _get_pool(self) -> Any:
-        if self._pool is None:
-            self._pool = multiprocessing.get_context("spawn").Pool(self.workers, initializer=_warm)
-        return self._pool
-
     def check(self, gold: str, output: str) -> tuple[bool | None, str, str, Failure | None]:
         """One bounded check (blocking): (verified, gold parsed, answer parsed, failure)."""
-        with self._lock:
-            pending = self._get_pool().apply_async(check_answer, (gold, output))
-        try:
-            ok, g, a = pending.get(timeout=self.timeout_s)
-            return ok, g, a, None
-        except multiprocessing.TimeoutError:
-            with self._lock:  # the worker is stuck in sympy: no way to stop just it
-                if self._pool is not None:
-                    self._pool.terminate()
-                    self._pool = None
-            return None, "", "", Failure(FailureCategory.PARSE, f"timeout: math-verify took over {self.timeout_s:g} s")
-        except Exception as exc:  # noqa: BLE001 - math-verify or sympy raising on odd input
-            return None, "", "", Failure(FailureCategory.PARSE, f"math-verify failed: {type(exc).__name__}: {exc}")
+        with self._free:
+            try:
+                worker = self._idle.get_nowait()
+            except queue.Empty:
+                worker = _Worker()
+            worker.wait_started()
+            try:
+                answer = worker.run(gold, output, self.timeout_s)
+            except (EOFError, OSError) as exc:  # the worker died (out of memory, killed)
+                worker.kill()
+                return None, "", "", Failure(FailureCategory.PARSE, f"math-verify's worker died: {exc!r}")
+            if answer is None:  # the worker is stuck in sympy: no way to stop just the check
+                worker.kill()
+                return None, "", "", Failure(FailureCategory.PARSE,
+                                             f"timeout: math-verify took over {self.timeout_s:g} s")
+            self._idle.put(worker)
+        status, found = answer
+        if status == "error":
+            return None, "", "", Failure(FailureCategory.PARSE, f"math-verify failed: {found}")
+        ok, g, a = found
+        return ok, g, a, None
 
     async def judge_all(self, pairs: Sequence[tuple[PolicyItem, str]], *, seed: int) -> list[MathJudgment]:
         """Check every (item, output) pair (concurrently, in the pool); aligned with `pairs`."""
@@ -117,7 +184,8 @@ class MathChecker:
         return list(await asyncio.gather(*(one(item, output) for item, output in pairs)))
 
     def close(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                self._pool.terminate()
-                self._pool = None
+        while True:
+            try:
+                self._idle.get_nowait().kill()
+            except queue.Empty:
+                return
