@@ -339,6 +339,21 @@ class CachedBackend:
     async def close(self) -> None:
         await self.backend.close()
 
+    @property
+    def local(self) -> bool:
+        """Whether the model runs in this process (its weights take this machine's memory): `hf`, `vllm`."""
+        return hasattr(self.backend, "release")
+
+    @property
+    def resident(self) -> bool:
+        """Whether a local model's weights are in memory now (a server's never are)."""
+        return bool(getattr(self.backend, "resident", False))
+
+    async def release(self) -> None:
+        """Free a local model's memory until its next uncached request (a no-op for a server)."""
+        if self.local:
+            await self.backend.release()
+
     def _spent(self, results: Sequence[Any]) -> None:
         for result in results:
             usage = getattr(result, "usage", None)

@@ -33,6 +33,17 @@ class JudgeConfig(BaseModel):
     """The judge's model spec; every other key is a `BackendOptions` field (base_url, api_key_env, ...)."""
 
 
+class DevicesConfig(BaseModel):
+    """`devices:` of a run config: the accelerators the run's local models share (`harness.plan.Devices`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int = Field(ge=1)
+    gpu_memory: float = Field(gt=0, description="GiB of one device.")
+    kv_cache: float = Field(4.0, ge=0, description="GiB each engine takes on each of its devices besides weights.")
+    usable: float = Field(0.92, gt=0, le=1, description="Share of a device the engines may take together.")
+
+
 class RunConfig(BaseModel):
     """Settings of `harness run TABLE` (written, resolved, into the run's manifest)."""
 
@@ -68,6 +79,9 @@ class RunConfig(BaseModel):
     backend: dict[str, Any] = Field(default_factory=dict)
     """BackendOptions fields (base_url, concurrency, timeout, max_attempts, batch_size, ...), checked by
     `backend_options` when the config is loaded."""
+    devices: DevicesConfig | None = None
+    """The accelerators the local models share; None: `--gpus`/`--gpu-memory`, else what nvidia-smi lists, else
+    unbounded (one phase)."""
 
 
 def backend_options(values: dict[str, Any], *, where: str):

@@ -5,7 +5,9 @@
 A *unit* is the smallest piece of work (a prompt with its n samples, a set to score, an evaluator x benchmark x
 item x repeat) and names the keys of the records it produces. The loop runs the units the output does not hold yet,
 at most `parallel` at once, appends each unit's records as soon as it finishes, drives the progress bar and leaves
-a summary on the output, whose manifest records it when the output closes (`harness.runstore.Output`).
+a summary on the output, whose manifest records it when the output closes (`harness.runstore.Output`). Units may
+carry a phase (`harness.schedule`): phases run one after another, and a hook between them frees the models the
+next phase does not need.
 
 **The resume rule, for every verb.** A record is kept on rerun unless it holds a failure of the backend (rate
 limit, server error, timeout, connection, malformed body, auth, bad request, unsupported, other backend errors):
@@ -25,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -46,6 +48,9 @@ class Unit(Generic[T]):
 
     keys: tuple[tuple, ...]
     payload: T
+    phase: int = 0
+    """Units run phase by phase (`harness.schedule`): none of phase k+1 starts before every unit of phase k
+    has finished."""
 
 
 def settled(record: Record | None, *, retry_failed: bool = False) -> bool:
@@ -88,6 +93,8 @@ class LoopSummary:
     """Model spec -> what its backend was found to lack, and how requests coped (`Backend.capabilities`)."""
     spent: dict[str, dict[str, int]] = field(default_factory=dict)
     """Model spec -> requests sent and tokens spent by this command (`BackendPool.spent`; cache hits spend none)."""
+    engines: dict[str, Any] = field(default_factory=dict)
+    """Local models' loads and releases, and the most resident at once (`BackendPool.engines`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,6 +141,7 @@ async def run_loop(
     label: str,
     retry_failed: bool = False,
     counters: Any = None,
+    after_phase: Callable[[int], Awaitable[None]] | None = None,
 ) -> LoopSummary:
     """Run the units `output` does not hold yet and append their records; see the module docstring.
 
@@ -147,6 +155,8 @@ async def run_loop(
         retry_failed: Redo records with final (parse) failures too.
         counters: Anything with `calls` and `hits` (the backend pool): the summary reports their growth, and
             what its backends lack (`capabilities()`, where it has one).
+        after_phase: Awaited when every unit of a phase (`Unit.phase`) to do has finished, before the next
+            phase starts (the run's scheduler releases models there).
 
     Raises:
         Interrupted: on Ctrl-C or SIGTERM, saying how many records are saved.
@@ -165,13 +175,12 @@ async def run_loop(
             summary.backend_calls, summary.cache_hits = counters.calls - calls0, counters.hits - hits0
             summary.lacking = counters.capabilities() if hasattr(counters, "capabilities") else {}
             summary.spent = counters.spent() if hasattr(counters, "spent") else {}
+            summary.engines = counters.engines() if hasattr(counters, "engines") else {}
         summary.seconds = time.perf_counter() - started
         output.summary = summary.to_json()
         return summary
 
-    pending = iter(todo)
-
-    async def worker(advance: Callable[[int], None]) -> None:
+    async def worker(pending: Iterator[Unit[T]], advance: Callable[[int], None]) -> None:
         for unit in pending:  # one shared iterator: each unit goes to exactly one worker
             records = list(await work(unit.payload))
             if sorted(r.key for r in records) != sorted(unit.keys):
@@ -180,15 +189,21 @@ async def run_loop(
             summary.written += len(records)
             advance(1)
 
+    phases = sorted({u.phase for u in todo})
+    workers: list[asyncio.Future] = []
     with progress_bar(len(todo), label) as bar, _sigterm_cancels_this_task():
-        workers = [asyncio.ensure_future(worker(bar.advance)) for _ in range(min(parallel, len(todo)))]
         try:
-            if workers:
+            for phase in phases:
+                pending = iter([u for u in todo if u.phase == phase])
+                size = sum(u.phase == phase for u in todo)
+                workers = [asyncio.ensure_future(worker(pending, bar.advance)) for _ in range(min(parallel, size))]
                 done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
                 await _stop(workers)
                 for task in done:
                     if not task.cancelled() and task.exception() is not None:
                         raise task.exception()  # type: ignore[misc]
+                if after_phase is not None:
+                    await after_phase(phase)
         except asyncio.CancelledError:
             await _stop(workers)
             finish()
@@ -220,6 +235,7 @@ async def write_output(
     overwrite: bool = False,
     wait: bool = False,
     retry_failed: bool = False,
+    after_phase: Callable[[int], Awaitable[None]] | None = None,
 ) -> LoopSummary:
     """Open the output (lock, settings binding, manifest; `harness.runstore.Output`) and run the loop into it.
 
@@ -228,7 +244,7 @@ async def write_output(
     with Output(paths, record_type, command=command, settings=settings, config=config, extra=extra,
                 overwrite=overwrite, wait=wait) as output:
         return await run_loop(output, units, work, parallel=parallel, noun=noun, label=command,
-                              retry_failed=retry_failed, counters=counters)
+                              retry_failed=retry_failed, counters=counters, after_phase=after_phase)
 
 
 async def _stop(tasks: list[asyncio.Future]) -> None:

@@ -11,8 +11,9 @@ pool's options are dropped, so such an evaluator shares the pool's backend of th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from harness.backends.base import BackendOptions
@@ -31,6 +32,9 @@ class BackendPool:
         self._closed_hits = 0
         self._lacks: dict[str, dict[str, str]] = {}
         self._spent: dict[str, dict[str, int]] = {}
+        self._recording: list[set[str]] = []
+        self._engines: dict[str, dict[str, int]] = {}
+        self._peak = 0
 
     def get(self, spec: str, *, overrides: Mapping[str, Any] | None = None) -> CachedBackend:
         """The cached backend for `spec` (with `overrides` of the pool's `BackendOptions` fields), built on first use.
@@ -49,7 +53,63 @@ class BackendPool:
 
             options = dataclasses.replace(self.options, **changed)
             self._backends[key] = CachedBackend(load_backend(spec, options), self.cache)
+        for keys in self._recording:
+            keys.add(key)
         return self._backends[key]
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[set[str]]:
+        """Within the block, collect the keys of every backend asked for (what an evaluator being built uses)."""
+        keys: set[str] = set()
+        self._recording.append(keys)
+        try:
+            yield keys
+        finally:
+            self._recording.remove(keys)
+
+    def preflight(self) -> None:
+        """Check every backend can run here before the first model call (a backend's `preflight`, where it has
+        one: vLLM installed, say).
+
+        Raises:
+            HarnessError: the first backend that cannot, naming it.
+        """
+        for backend in self._backends.values():
+            check = getattr(backend.backend, "preflight", None)
+            if check is not None:
+                check()
+
+    def key_of(self, backend: CachedBackend) -> str:
+        """The key `backend` was built under."""
+        return next(key for key, b in self._backends.items() if b is backend)
+
+    def backend(self, key: str) -> CachedBackend:
+        """The backend built under `key` (a spec, with its overrides)."""
+        return self._backends[key]
+
+    def local(self) -> list[str]:
+        """Keys of the backends whose models run in this process (`hf`, `vllm`)."""
+        return [key for key, b in self._backends.items() if b.local]
+
+    def resident(self) -> list[str]:
+        """Keys of the local backends whose weights are in memory now."""
+        return [key for key, b in self._backends.items() if b.resident]
+
+    def engines(self) -> dict[str, Any]:
+        """The local models' loads and releases so far, and the most that were resident at once at a phase's
+        end (`release`); kept after `close`."""
+        for key, b in self._backends.items():
+            if b.local:
+                self._engines[key] = {"loads": getattr(b.backend, "loads", 0),
+                                      "releases": getattr(b.backend, "releases", 0)}
+        return {"peak_resident": self._peak, "models": dict(self._engines)} if self._engines else {}
+
+    async def release(self, keys: Iterable[str]) -> None:
+        """End of a phase: note how many local models are resident, then free the memory of `keys` (each
+        reloads on its next uncached request)."""
+        self._peak = max(self._peak, len(self.resident()))
+        for key in keys:
+            await self._backends[key].release()
 
     def identities(self) -> dict[str, dict[str, str]]:
         """Model spec (with its overrides, see the module docstring) -> identity of every backend built so far
@@ -85,6 +145,8 @@ class BackendPool:
     async def close(self) -> None:
         self.capabilities()  # what the backends found outlives them
         self.spent()
+        self._peak = max(self._peak, len(self.resident()))
+        self.engines()
         for backend in self._backends.values():
             await backend.close()
         self._closed_calls, self._closed_hits = self.calls, self.hits  # the counts outlive the backends

@@ -489,10 +489,12 @@ class BackendOptions:
     visible; `cuda:N` pins one)."""
     batch_size: int = 8
     """Sequences per forward pass for `hf` (generation, logprobs and reward-model scores)."""
-    tensor_parallel_size: int = 1
-    """vLLM tensor parallelism."""
+    tensor_parallel_size: int | None = None
+    """vLLM tensor parallelism: the devices one engine spans. None: every device of the run's `devices` (the plan
+    sets it, `harness.plan`), or 1 when the run names none."""
     data_parallel_size: int = 1
-    """vLLM data parallelism."""
+    """vLLM data parallelism: vLLM runs it only behind its server (one engine process per rank), so an in-process
+    engine refuses any value but 1; serve the model (`vllm serve --data-parallel-size k`, or replicas)."""
     gpu_memory_utilization: float = 0.85
     """vLLM share of GPU memory."""
     max_model_len: int | None = None

@@ -148,6 +148,8 @@ class HFBackend:
         self._closed = False
         self.loads = 0
         """How many times weights were loaded (0 until the first request the cache could not answer)."""
+        self.releases = 0
+        """How many times loaded weights were freed (`release`, `close`)."""
         self._candidate_cache: dict[str, list[int]] = {}
         self._token_texts: dict[int, str] = {}
         self._merged_generate = CallMerger(
@@ -174,6 +176,11 @@ class HFBackend:
             raise BackendUnavailableError(f"hf backend for {self.model!r} is closed")
         if self._lm is None:
             self._load()
+
+    @property
+    def source(self) -> Any:
+        """Where the weights load from (`harness.backends.local.ModelSource`)."""
+        return self._source
 
     @property
     def tokenizer(self) -> Any:
@@ -267,15 +274,26 @@ class HFBackend:
         await asyncio.to_thread(self.load)
 
     async def close(self) -> None:
-        """Free the model (and the CUDA cache)."""
-        await asyncio.to_thread(self._free)
+        """Free the model (and the CUDA cache); later requests fail."""
+        await asyncio.to_thread(self._free, closing=True)
 
-    def _free(self) -> None:
+    async def release(self) -> None:
+        """Free the model's memory now; the next request the call cache cannot answer loads it again (a run's
+        scheduler releases a model no unit of the next phase needs)."""
+        await asyncio.to_thread(self._free, closing=False)
+
+    @property
+    def resident(self) -> bool:
+        """Whether the weights are in memory."""
+        return self._lm is not None
+
+    def _free(self, *, closing: bool) -> None:
         with self._lock:
-            self._closed = True
+            self._closed = self._closed or closing
             if self._lm is None:
                 return
             self._lm = None
+            self.releases += 1
             gc.collect()
             if self.device.startswith("cuda"):
                 self._torch.cuda.empty_cache()

@@ -133,8 +133,12 @@ class VLLMBackend:
         check_dtype(self.options.dtype)
         if self.options.top_logprobs < 1:
             raise ConfigError(f"top_logprobs must be >= 1, got {self.options.top_logprobs}")
-        if importlib.util.find_spec("vllm") is None:
-            raise BackendUnavailableError(INSTALL_HINT)
+        if self.options.data_parallel_size != 1:
+            raise ConfigError(
+                f"vllm:{name}: data_parallel_size {self.options.data_parallel_size} needs one engine process per "
+                "rank, which vLLM runs only behind its server; serve the model (`vllm serve ... "
+                "--data-parallel-size k`, or `harness serve` with replicas) and name it as openai:"
+            )
         self._source = locate_model(name, kind=self.kind)
         self._identity = {
             **self._source.identity,
@@ -154,6 +158,8 @@ class VLLMBackend:
         self._config: dict[str, Any] = {}
         self.loads = 0
         """How many times the engine was started (0 until the first request the cache could not answer)."""
+        self.releases = 0
+        """How many times a running engine was shut down (`release`, `close`)."""
         self.engine_calls: list[int] = []
         """The number of prompts of each `LLM.generate` call, in order (merged calls make few, large ones)."""
 
@@ -188,7 +194,7 @@ class VLLMBackend:
         kwargs: dict[str, Any] = {
             "model": src.path,
             "enable_prefix_caching": True,
-            "tensor_parallel_size": opts.tensor_parallel_size,
+            "tensor_parallel_size": opts.tensor_parallel_size or 1,
             "gpu_memory_utilization": opts.gpu_memory_utilization,
             "dtype": opts.dtype,
             "max_logprobs": self.max_logprobs,
@@ -202,12 +208,6 @@ class VLLMBackend:
         if "structured_outputs_config" in engine_fields:
             # llguidance, as `hf` uses: both local backends decode under the same grammar (harness.backends.grammar).
             kwargs["structured_outputs_config"] = {"backend": "guidance"}
-        if opts.data_parallel_size != 1:
-            if "data_parallel_size" not in engine_fields:
-                raise BackendUnavailableError(
-                    f"this vLLM ({vllm.__version__}) has no data_parallel_size; set it to 1 or upgrade vllm"
-                )
-            kwargs["data_parallel_size"] = opts.data_parallel_size
         log.info("starting the vLLM engine for %s on %s (dtype %s)", self.model, device, opts.dtype)
         llm = vllm.LLM(**kwargs)
         self._vllm = vllm
@@ -237,6 +237,21 @@ class VLLMBackend:
             config = engine.get_model_config()
         return getattr(config, "max_model_len", None) or self.options.max_model_len
 
+    @property
+    def source(self) -> Any:
+        """Where the weights load from (`harness.backends.local.ModelSource`)."""
+        return self._source
+
+    def preflight(self) -> None:
+        """Check, before any model call, that this machine can start the engine (a plan made elsewhere needs no
+        vLLM).
+
+        Raises:
+            BackendUnavailableError: vLLM is not installed.
+        """
+        if importlib.util.find_spec("vllm") is None:
+            raise BackendUnavailableError(INSTALL_HINT)
+
     def identity(self) -> dict[str, str]:
         """`{"kind": "vllm", "model": name}` plus `"weights"` (local) or `"revision"` (hub), as for `hf`, plus
         `"dtype"` and `"top_logprobs"`."""
@@ -252,13 +267,24 @@ class VLLMBackend:
             await asyncio.to_thread(self.load)
 
     async def close(self) -> None:
-        """Shut the engine down (its worker processes exit and free their memory)."""
-        await asyncio.to_thread(self._drop)
+        """Shut the engine down (its worker processes exit and free their memory); later requests fail."""
+        await asyncio.to_thread(self._drop, closing=True)
 
-    def _drop(self) -> None:
+    async def release(self) -> None:
+        """Shut the engine down now; the next request the call cache cannot answer starts it again (a run's
+        scheduler releases an engine no unit of the next phase needs)."""
+        await asyncio.to_thread(self._drop, closing=False)
+
+    @property
+    def resident(self) -> bool:
+        """Whether the engine is running."""
+        return self._llm is not None
+
+    def _drop(self, *, closing: bool) -> None:
         with self._lock:
-            self._closed = True
+            self._closed = self._closed or closing
             llm, self._llm = self._llm, None
+            self.releases += llm is not None
         if llm is not None and self.engine_calls:
             shown = ", ".join(map(str, self.engine_calls[:24])) + (", ..." if len(self.engine_calls) > 24 else "")
             log.info("vLLM engine for %s: %d calls (prompts per call: %s)", self.model, len(self.engine_calls), shown)
@@ -269,13 +295,23 @@ class VLLMBackend:
             except Exception as exc:  # noqa: BLE001 - closing must not fail a finished run
                 log.debug("vLLM engine shutdown: %s: %s", type(exc).__name__, exc)
 
+    def _live(self) -> None:
+        """Start the engine again if the run's scheduler released it; the caller holds `self._lock`.
+
+        Raises:
+            BackendUnavailableError: when the backend is closed.
+        """
+        if self._llm is None:
+            if self._closed:
+                raise BackendUnavailableError(f"vllm backend for {self.model!r} is closed")
+            self._start()
+
     def _prompt(self, messages, prefix: str = "") -> tuple[list[int] | None, Failure | None]:
         return prompt_ids(self._tok, messages, prefix, self.context_length)
 
     def _run(self, prompts: list[list[int]], params: list[Any]) -> list[Any]:
         with self._lock:
-            if self._llm is None:
-                raise BackendUnavailableError(f"vllm backend for {self.model!r} is closed")
+            self._live()
             self.engine_calls.append(len(prompts))
             log.debug("vLLM engine call %d: %d prompts", len(self.engine_calls), len(prompts))
             return self._llm.generate(
@@ -567,8 +603,7 @@ class VLLMBackend:
 
     def _classify(self, prompts: list[list[int]]) -> list[Any]:
         with self._lock:
-            if self._llm is None:
-                raise BackendUnavailableError(f"vllm backend for {self.model!r} is closed")
+            self._live()
             self.engine_calls.append(len(prompts))
             return self._llm.classify(
                 [{"prompt_token_ids": p} for p in prompts],

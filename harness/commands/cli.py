@@ -119,6 +119,12 @@ RetryFailedOpt = Annotated[
     ),
 ]
 ParallelOpt = Annotated[Optional[int], typer.Option("--parallel", min=1, help="Sets scored concurrently.")]
+GpusOpt = Annotated[
+    Optional[int],
+    typer.Option("--gpus", min=1, help="GPUs the local models share (default: the config's devices:, else what "
+                 "nvidia-smi lists; none on a CPU machine). With --gpu-memory the run is planned to fit."),
+]
+GpuMemoryOpt = Annotated[Optional[float], typer.Option("--gpu-memory", min=1, help="GiB of one GPU (with --gpus).")]
 
 
 def _backend_options(**given):
@@ -241,6 +247,7 @@ def generate(
                             top_p=top_p, max_tokens=max_tokens, seed=seed, limit=limit, stop=tuple(stop or ()))
     pool = BackendPool(options=options, cache=None if no_cache else CallCache())
     backend = pool.get(model)
+    pool.preflight()
     summary = _drive(pool, lambda: run_generate(
         backend, records, config, out, parallel=max(64, 4 * options.concurrency),
         runtime={"backend": _asdict(options), "no_cache": no_cache},
@@ -311,6 +318,8 @@ def run(
     batch_size: BatchOpt = None,
     dtype: DtypeOpt = None,
     enforce_eager: EagerOpt = None,
+    gpus: GpusOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
     no_cache: NoCacheOpt = False,
     overwrite: OverwriteOpt = False,
     wait: WaitOpt = False,
@@ -321,22 +330,39 @@ def run(
     Policy tables (table2, table6, table8): each policy answers each benchmark's prompts and the table's judge
     judges the answers (AlpacaEval 2 against the reference, Arena-Hard v2.0 against the category baseline,
     WildBench by checklist, WritingBench per criterion). Writes records.jsonl, results.json, table.md, table.tex
-    and table.csv (with the paper's numbers) and resumes when rerun into the same --out. Exit code 0 when every
-    cell was evaluated, 1 when some records hold failures, 2 for bad input (a benchmark that cannot be loaded, an
-    evaluator, policy or judge that cannot be built, other settings).
+    and table.csv (with the paper's numbers) and resumes when rerun into the same --out. Local models are planned
+    onto the devices before any loads (`harness plan` shows the plan). Exit code 0 when every cell was evaluated,
+    1 when some records hold failures, 2 for bad input (a benchmark that cannot be loaded, an evaluator, policy or
+    judge that cannot be built, other settings, models that cannot fit the devices).
     """
+    plan, options, cfg = _table_plan(
+        table, config, {"table": table, "preset": preset, "limit": limit, "seeds": seeds, "data_dir": data_dir,
+                        "out": out, "seed": seed, "parallel": parallel},
+        judge={"judge": judge, "base_url": judge_base_url, "api_key_env": judge_api_key_env},
+        bench_option=bench_option, skip_unavailable=skip_unavailable, devices={"gpus": gpus, "gpu_memory": gpu_memory},
+        backend={"base_url": base_url, "api_key_env": api_key_env, "concurrency": concurrency, "timeout": timeout,
+                 "max_attempts": max_attempts, "batch_size": batch_size, "dtype": dtype,
+                 "enforce_eager": enforce_eager},
+    )
+    out_dir = cfg.out or Path("runs") / f"{table}-{cfg.preset}"
+    _run_and_report(plan, out_dir, options=options, config=cfg.model_dump(mode="json"), parallel=cfg.parallel,
+                    command="run", no_cache=no_cache, overwrite=overwrite, wait=wait, retry_failed=retry_failed)
+
+
+def _table_plan(table: str, config: Path | None, overrides: dict, *, judge: dict, bench_option: list[str] | None,
+                skip_unavailable: bool, devices: dict, backend: dict):
+    """(RunPlan, BackendOptions, resolved RunConfig) of a table from its config file and the CLI's values, as
+    `run` and `plan` read them."""
+    from harness.commands.runner import RunPlan
     from harness.config import backend_options, load_run_config
     from harness.errors import ConfigError
-    from harness.commands.runner import RunPlan
+    from harness.plan import resolve_devices
     from reports.tables import get_table
 
-    cfg = load_run_config(
-        config,
-        {"table": table, "preset": preset, "limit": limit, "seeds": seeds, "data_dir": data_dir, "out": out,
-         "seed": seed, "parallel": parallel},
-    )
+    cfg = load_run_config(config, overrides)
     spec = get_table(table)
-    cfg = _with_cli_judge(cfg, spec, judge=judge, base_url=judge_base_url, api_key_env=judge_api_key_env)
+    cfg = _with_cli_judge(cfg, spec, judge=judge["judge"], base_url=judge["base_url"],
+                          api_key_env=judge["api_key_env"])
     if bench_option:
         cfg = cfg.model_copy(update={"bench_options": _bench_options(bench_option, cfg.bench_options)})
     defaults = {"seeds": spec.default_seeds, "parallel": 32 if spec.kind == "policy" else 8}
@@ -350,20 +376,44 @@ def run(
         if missing:
             raise ConfigError(f"only_rows names unknown row(s) {missing}; valid: {list(rows)}")
         rows = {k: v for k, v in rows.items() if k in cfg.only_rows}
-    cli_backend = {"base_url": base_url, "api_key_env": api_key_env, "concurrency": concurrency,
-                   "timeout": timeout, "max_attempts": max_attempts, "batch_size": batch_size, "dtype": dtype,
-                   "enforce_eager": enforce_eager}
     options = backend_options(
-        {**cfg.backend, **{k: v for k, v in cli_backend.items() if v is not None}},
+        {**cfg.backend, **{k: v for k, v in backend.items() if v is not None}},
         where=str(config) if config else "command line",
     )
     judge_spec, generation = policy_setup(spec, cfg)
     plan = RunPlan(rows=rows, benchmarks=tuple(cfg.benchmarks or spec.benchmarks), table=table, seeds=cfg.seeds,
                    seed=cfg.seed, limit=cfg.limit, data_dir=cfg.data_dir, skip_unavailable=skip_unavailable,
-                   judge=judge_spec, generation=generation, bench_options=cfg.bench_options)
-    out_dir = cfg.out or Path("runs") / f"{table}-{cfg.preset}"
-    _run_and_report(plan, out_dir, options=options, config=cfg.model_dump(mode="json"), parallel=cfg.parallel,
-                    command="run", no_cache=no_cache, overwrite=overwrite, wait=wait, retry_failed=retry_failed)
+                   judge=judge_spec, generation=generation, bench_options=cfg.bench_options,
+                   devices=resolve_devices(cfg.devices, **devices))
+    return plan, options, cfg
+
+
+@app.command("plan")
+def plan_(
+    table: Annotated[str, typer.Argument(help="Table to plan (harness list tables).")],
+    preset: Annotated[Optional[str], typer.Option("--preset", help="paper (default) | cpu.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="The run's YAML settings.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="First N items per benchmark.")] = None,
+    seeds: Annotated[Optional[int], typer.Option("--seeds", min=1, help="Repeats per item.")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Upstream benchmark files.")] = None,
+    gpus: GpusOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    dtype: DtypeOpt = None,
+) -> None:
+    """Plan a run before any model loads: each row's models; each local model's weight memory (from its
+    config.json: parameters x dtype bytes, an MoE model counted whole) and the devices it spans; the phases the
+    run goes through, what is resident in each and each vLLM engine's share of a device; the requests and tokens
+    to expect per model. Exit code 2 when the models cannot fit the devices, with the numbers and the ways out
+    (`harness run` makes the same check before its first model call).
+    """
+    from harness.commands.plan import show_plan
+
+    plan, options, _ = _table_plan(
+        table, config, {"table": table, "preset": preset, "limit": limit, "seeds": seeds, "data_dir": data_dir},
+        judge={"judge": None, "base_url": None, "api_key_env": None}, bench_option=None, skip_unavailable=True,
+        devices={"gpus": gpus, "gpu_memory": gpu_memory}, backend={"dtype": dtype},
+    )
+    typer.echo("\n".join(show_plan(plan, options)))
 
 
 def _with_cli_judge(cfg, spec, *, judge: str | None, base_url: str | None, api_key_env: str | None):
@@ -489,6 +539,8 @@ def eval_(
     batch_size: BatchOpt = None,
     dtype: DtypeOpt = None,
     enforce_eager: EagerOpt = None,
+    gpus: GpusOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
     no_cache: NoCacheOpt = False,
     overwrite: OverwriteOpt = False,
     wait: WaitOpt = False,
@@ -501,12 +553,13 @@ def eval_(
     import hashlib
 
     from harness.commands.runner import RunPlan
+    from harness.plan import resolve_devices
 
     options = _backend_options(base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
                                timeout=timeout, max_attempts=max_attempts, batch_size=batch_size, dtype=dtype,
                                enforce_eager=enforce_eager)
     plan = RunPlan(rows={label or evaluator: evaluator}, benchmarks=(benchmark,), seeds=seeds, seed=seed,
-                   limit=limit, data_dir=data_dir)
+                   limit=limit, data_dir=data_dir, devices=resolve_devices(None, gpus=gpus, gpu_memory=gpu_memory))
     tag = hashlib.sha256(evaluator.encode()).hexdigest()[:8]
     config = {"evaluator": evaluator, "label": label, "benchmark": benchmark, "limit": limit, "seeds": seeds,
               "data_dir": str(data_dir) if data_dir else None, "seed": seed, "parallel": parallel}
@@ -563,6 +616,7 @@ def score(
     )
     pool = BackendPool(options=options, cache=None if no_cache else CallCache())
     judge = load_evaluator(evaluator, pool)
+    pool.preflight()
     summary = _drive(pool, lambda: run_score(
         judge, sets, out, seed=seed, parallel=parallel, pool=pool,
         runtime={"input": str(input), "backend": _asdict(options), "no_cache": no_cache},

@@ -87,6 +87,8 @@ class RunPlan:
     bench_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Benchmark -> extra keyword arguments of its `load` (`writingbench`: `subset`; `arena_hard_v2`:
     `missing_baseline`)."""
+    devices: Any = None
+    """The accelerators the local models share (`harness.plan.Devices`); None: unbounded, one phase."""
 
     @property
     def policy(self) -> bool:
@@ -108,6 +110,8 @@ class Prepared:
     judges: dict[str, Any] = field(default_factory=dict)
     """Policy tables: benchmark -> its judge (on the judge's backend)."""
     judge_backend: Any = None
+    needs: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Row spec -> the pool keys of every model its units call (policy rows: the judge's too)."""
 
 
 def fingerprint(items: list) -> str:
@@ -160,7 +164,6 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
             run; with `skip_unavailable` only the last.
     """
     from benchmarks import register_all
-    from judges import load_evaluator
 
     from harness.registry import did_you_mean, lookup
 
@@ -184,25 +187,44 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
             if not plan.skip_unavailable:
                 raise
             ready.unavailable[f"benchmark {name}"] = str(exc)
+    build_models(plan, pool, ready)
+    pool.preflight()
+    built = ready.policies if plan.policy else ready.evaluators
+    if not ready.items or not built:
+        missing = "benchmark" if not ready.items else "policy" if plan.policy else "evaluator"
+        reasons = "; ".join(f"{k}: {v}" for k, v in ready.unavailable.items())
+        raise ConfigError(f"no {missing} could be loaded, nothing to run ({reasons})")
+    return ready
+
+
+def build_models(plan: RunPlan, pool: Any, ready: Prepared) -> Prepared:
+    """Build every row's evaluator (policy tables: every policy's backend and each benchmark's judge) into
+    `ready`, noting the models each row calls; nothing loads. A judge is built for each benchmark `ready` holds
+    items of (all the plan's, when it holds none: `harness plan` without data).
+
+    Raises:
+        ConfigError: for an evaluator, policy or judge that cannot be built (unless `skip_unavailable`).
+    """
+    from judges import load_evaluator
+
     if plan.policy:
         return _prepare_policies(plan, pool, ready)
-    return _build_rows(plan, ready, ready.evaluators, "evaluator", lambda spec: load_evaluator(spec, pool))
+    return _build_rows(plan, ready, ready.evaluators, "evaluator", lambda spec: load_evaluator(spec, pool), pool)
 
 
-def _build_rows(plan: RunPlan, ready: Prepared, into: dict[str, Any], what: str, build: Any) -> Prepared:
-    """Build every distinct row spec into `into` (`what`: evaluator or policy), or, with `skip_unavailable`,
-    list those that cannot be built; a plan left with no row or no benchmark is an error."""
+def _build_rows(plan: RunPlan, ready: Prepared, into: dict[str, Any], what: str, build: Any, pool: Any,
+                shared: frozenset[str] = frozenset()) -> Prepared:
+    """Build every distinct row spec into `into` (`what`: evaluator or policy), noting the models each uses (with
+    the `shared` ones every row calls), or, with `skip_unavailable`, list those that cannot be built."""
     for spec in dict.fromkeys(plan.rows.values()):
         try:
-            into[spec] = build(spec)
+            with pool.recording() as keys:
+                into[spec] = build(spec)
+            ready.needs[spec] = frozenset(keys) | shared
         except HarnessError as exc:
             if not plan.skip_unavailable:
                 raise ConfigError(f"{what} {spec!r} cannot be built: {exc}") from None
             ready.unavailable[f"{what} {spec}"] = str(exc)
-    if not ready.items or not into:
-        missing = "benchmark" if not ready.items else what
-        reasons = "; ".join(f"{k}: {v}" for k, v in ready.unavailable.items())
-        raise ConfigError(f"no {missing} could be loaded, nothing to run ({reasons})")
     return ready
 
 
@@ -217,13 +239,14 @@ def _prepare_policies(plan: RunPlan, pool: Any, ready: Prepared) -> Prepared:
         raise ConfigError(f"judge_settings names {', '.join(unknown)}{did_you_mean(unknown[0], JUDGED_BENCHMARKS)}, "
                           f"which no judge reads; judged: {', '.join(JUDGED_BENCHMARKS)}")
     try:
-        if plan.judge.model is not None:
-            ready.judge_backend = pool.get(plan.judge.model, overrides=plan.judge.options)
+        with pool.recording() as judge_keys:
+            if plan.judge.model is not None:
+                ready.judge_backend = pool.get(plan.judge.model, overrides=plan.judge.options)
     except HarnessError as exc:
         raise ConfigError(f"judge {plan.judge.model!r} cannot be built: {exc}") from None
-    for bench in ready.items:
+    for bench in ready.items or plan.benchmarks:
         ready.judges[bench] = build_judge(bench, ready.judge_backend, plan.judge.settings.get(bench))
-    return _build_rows(plan, ready, ready.policies, "policy", pool.get)
+    return _build_rows(plan, ready, ready.policies, "policy", pool.get, pool, frozenset(judge_keys))
 
 
 def settings(plan: RunPlan, ready: Prepared, pool: Any) -> dict[str, Any]:
@@ -248,15 +271,53 @@ def settings(plan: RunPlan, ready: Prepared, pool: Any) -> dict[str, Any]:
     return bound
 
 
-def units(plan: RunPlan, ready: Prepared) -> list[Unit[tuple[str, str, Any, int]]]:
-    """One unit per (evaluator or policy spec, benchmark, item, repeat)."""
+def units(plan: RunPlan, ready: Prepared, phase: Mapping[str, int] | None = None
+          ) -> list[Unit[tuple[str, str, Any, int]]]:
+    """One unit per (evaluator or policy spec, benchmark, item, repeat), in the phase of its row's models
+    (`phase`: row spec -> phase index; all 0 when not given)."""
     return [
-        Unit(((spec, bench, item.id, repeat),), (spec, bench, item, repeat))
+        Unit(((spec, bench, item.id, repeat),), (spec, bench, item, repeat), (phase or {}).get(spec, 0))
         for spec in (ready.policies if plan.policy else ready.evaluators)
         for bench, items in ready.items.items()
         for item in items
         for repeat in range(plan.seeds)
     ]
+
+
+@dataclass(slots=True)
+class Schedule:
+    """A run's phases (`harness.plan`): which rows run when, and what is released between phases."""
+
+    phases: list[Any]
+    row_phase: dict[str, int]
+    """Row spec -> its phase."""
+    models: dict[str, Any]
+    """Pool key -> `harness.plan.LocalModel` (sized only when the run has devices)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phases": [{"models": sorted(p.models), "release_after": sorted(p.release_after)}
+                           for p in self.phases],
+                "models": {k: dataclasses.asdict(m) for k, m in self.models.items()}}
+
+
+def schedule_rows(plan: RunPlan, ready: Prepared, pool: Any, *, size: bool = False) -> Schedule:
+    """The phases the rows' local models run in, fitted to `plan.devices`, and each vLLM engine placed (its
+    devices and share of each); one phase without devices. The models are sized from their configs when the
+    plan has devices, or when `size` asks.
+
+    Raises:
+        ConfigError: for models that do not fit together even alone, with the numbers and the ways out.
+    """
+    from harness.plan import local_models, place, placements, plan_phases
+    from harness.schedule import phase_of
+
+    local = set(pool.local())
+    groups = {spec: frozenset(k for k in keys if k in local) for spec, keys in ready.needs.items()}
+    sized = size or plan.devices is not None
+    models = local_models(pool, sorted(local), plan.devices) if sized else {}
+    phases = plan_phases(groups.values(), models, plan.devices)
+    place(pool, placements(phases, models, plan.devices))
+    return Schedule(phases, {spec: phase_of(phases, g) for spec, g in groups.items()}, models)
 
 
 async def run_plan(
@@ -281,12 +342,18 @@ async def run_plan(
     from harness.registry import lookup
 
     ready = ready or prepare(plan, pool)
+    scheduled = schedule_rows(plan, ready, pool)
+
+    async def after_phase(index: int) -> None:
+        await pool.release(scheduled.phases[index].release_after)
+
     extra = {
         "rows": plan.rows,
         "benchmark_kinds": {b: lookup("benchmark", b).kind for b in ready.items},
         "dataset_sizes": {b: len(v) for b, v in ready.items.items()},
         "unavailable": ready.unavailable,
         "evaluator_settings": {spec: dict(ev.settings) for spec, ev in ready.evaluators.items()},
+        "schedule": scheduled.to_json(),
     }
     if plan.policy:
         identity = ready.judge_backend.identity() if ready.judge_backend is not None else {}
@@ -301,8 +368,9 @@ async def run_plan(
             settings=settings(plan, ready, pool),
             config=dict(config or {}),
             extra=extra,
-            units=units(plan, ready),
+            units=units(plan, ready, scheduled.row_phase),
             work=make_policy_work(plan, ready) if plan.policy else make_work(plan, ready),
+            after_phase=after_phase,
             parallel=parallel,
             noun="answers" if plan.policy else "sets",
             counters=pool,

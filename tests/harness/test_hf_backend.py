@@ -493,15 +493,16 @@ def test_gguf_file_spec_is_converted_and_fingerprinted_by_the_file() -> None:
 # environment). The real engine is tested in test_vllm_engine.py (make test-vllm).
 
 
-def test_vllm_backend_without_vllm_names_the_extra() -> None:
+def test_vllm_backend_without_vllm_names_the_extra(tiny_dir: Path) -> None:
     import importlib.util
 
     from harness.backends.vllm_backend import VLLMBackend
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed")
+    backend = VLLMBackend(str(tiny_dir))  # building identifies the model (a plan needs no vLLM) ...
     with pytest.raises(BackendUnavailableError, match=r"dynamicrubric-harness\[vllm\]"):
-        VLLMBackend("Qwen/Qwen3-8B")
+        backend.preflight()  # ... a run checks before its first model call
 
 
 @pytest.fixture

@@ -1,0 +1,196 @@
+"""Device memory of a run's local models and the phases they run in, known before any model loads.
+
+A *local* model runs in this process (`hf:`, `vllm:`); a served one (`openai:`) takes this machine no memory.
+Each local model's weights come from its `config.json` (`harness.weights`: parameters x dtype bytes, an MoE
+model counted whole). In-process engines share the process's devices: an engine spans `devices` of them (a
+`vllm:` engine its `tensor_parallel_size`, every visible GPU when none is set; an `hf:` model every GPU with
+`device: auto`, one with `cuda:N`), and takes, on each, its weights' share plus `kv_cache_gib` for its cache and
+activations. A device offers `gpu_memory_gib x usable`. `plan_phases` packs the units' model sets into phases
+that fit (`harness.schedule`), and each vLLM engine is given its share of a device as its
+`gpu_memory_utilization`, so the engines of a phase start side by side instead of each claiming 0.85 of it.
+
+Without devices (a CPU machine, or none given) nothing is bounded and everything runs in one phase.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.schedule import DoesNotFit, Phase, schedule
+
+GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class Devices:
+    """The accelerators a run may use (`--gpus`, `--gpu-memory`, or `devices:` in a config)."""
+
+    gpus: int
+    gpu_memory_gib: float
+    """Memory of one device."""
+    kv_cache_gib: float = 4.0
+    """What each engine takes on each of its devices besides its weights (KV cache, activations)."""
+    usable: float = 0.92
+    """Share of a device's memory the engines may take together (the rest: CUDA contexts, fragmentation)."""
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1 or not self.gpu_memory_gib > 0 or self.kv_cache_gib < 0 or not 0 < self.usable <= 1:
+            raise ConfigError(f"devices: need gpus >= 1, gpu_memory > 0, kv_cache >= 0 and 0 < usable <= 1; got "
+                              f"{self.gpus}, {self.gpu_memory_gib}, {self.kv_cache_gib}, {self.usable}")
+
+    @property
+    def budget_gib(self) -> float:
+        """What the engines of one phase may take of one device together."""
+        return self.gpu_memory_gib * self.usable
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModel:
+    """One local model as the plan sees it."""
+
+    key: str
+    """The pool's key (the model spec, with its overrides)."""
+    kind: str
+    source: str
+    """The checkpoint folder or hub id its config was read from."""
+    params: int
+    """Every parameter (all experts)."""
+    dtype: str
+    weights_gib: float
+    devices: int
+    """Devices the engine spans."""
+    per_device_gib: float
+    """What it takes of each of its devices: weights / devices + the KV cache allowance."""
+
+
+def resolve_devices(config: Any, *, gpus: int | None, gpu_memory: float | None) -> Devices | None:
+    """The run's devices: `--gpus`/`--gpu-memory` over the config's `devices:` (`harness.config.DevicesConfig`),
+    else the GPUs nvidia-smi lists, else None (a CPU machine: unbounded).
+
+    Raises:
+        ConfigError: for one of the two flags without the other and no config to complete it.
+    """
+    found = {"gpus": config.gpus, "gpu_memory_gib": config.gpu_memory, "kv_cache_gib": config.kv_cache,
+             "usable": config.usable} if config is not None else {}
+    if gpus is not None:
+        found["gpus"] = gpus
+    if gpu_memory is not None:
+        found["gpu_memory_gib"] = gpu_memory
+    if not found:
+        return detect_devices()
+    if "gpus" not in found or "gpu_memory_gib" not in found:
+        raise ConfigError("devices: give both --gpus and --gpu-memory (or devices: {gpus, gpu_memory} in the config)")
+    return Devices(**found)
+
+
+def detect_devices() -> Devices | None:
+    """The visible NVIDIA GPUs as nvidia-smi lists them (the smallest one's memory), or None; no torch import,
+    so a run the call cache answers stays light."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [line.split(",") for line in out.strip().splitlines() if line.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        wanted = {v.strip() for v in visible.split(",")}
+        rows = [r for r in rows if r[0].strip() in wanted]
+    if not rows:
+        return None
+    return Devices(gpus=len(rows), gpu_memory_gib=min(float(r[1]) for r in rows) / 1024)
+
+
+def local_models(pool: Any, keys: Iterable[str], devices: Devices | None) -> dict[str, LocalModel]:
+    """Size every local model among `keys` from its config.json (nothing loads).
+
+    Raises:
+        ConfigError: naming the model whose config cannot be read or counted.
+    """
+    from harness.weights import model_size, read_config
+
+    found = {}
+    for key in keys:
+        backend = pool.backend(key)
+        if not backend.local:
+            continue
+        inner = backend.backend
+        source = inner.source
+        try:
+            size = model_size(read_config(source.path, revision=source.revision), dtype=inner.options.dtype)
+        except ConfigError as exc:
+            raise ConfigError(f"cannot size {key}: {exc}") from None
+        spans = engine_devices(inner, devices)
+        kv = devices.kv_cache_gib if devices is not None else 0.0
+        found[key] = LocalModel(key, inner.kind, source.path, size.params.total, size.dtype, size.gib, spans,
+                                size.gib / spans + kv)
+    return found
+
+
+def engine_devices(backend: Any, devices: Devices | None) -> int:
+    """How many devices a local engine spans (see the module docstring)."""
+    gpus = devices.gpus if devices is not None else 1
+    options = backend.options
+    if backend.kind == "vllm":
+        return options.tensor_parallel_size or gpus
+    return 1 if options.device.startswith("cuda:") else gpus
+
+
+def plan_phases(groups: Iterable[frozenset[str]], models: Mapping[str, LocalModel],
+                devices: Devices | None) -> list[Phase]:
+    """The phases the units' model sets run in (one, without devices).
+
+    Raises:
+        ConfigError: for a model set that does not fit even alone, with the numbers and the ways out.
+    """
+    budget = devices.budget_gib if devices is not None else None
+    cost = {key: m.per_device_gib for key, m in models.items()}
+    try:
+        return schedule(groups, cost=cost, budget=budget)
+    except DoesNotFit as exc:
+        raise ConfigError(f"{exc}; {ways_out(models, devices)}") from None  # type: ignore[arg-type]
+
+
+def ways_out(models: Mapping[str, LocalModel], devices: Devices) -> str:
+    """What makes an oversized plan fit, with the numbers for the largest model."""
+    largest = max(models.values(), key=lambda m: m.weights_gib)
+    need = largest.weights_gib + devices.kv_cache_gib * devices.gpus
+    enough = next((n for n in (1, 2, 4, 8, 16, 32, 64) if largest.weights_gib / n + devices.kv_cache_gib
+                   <= devices.budget_gib), None)
+    spread = (f"spread {largest.key} over {enough} devices (tensor_parallel_size: {enough}, or --gpus {enough})"
+              if enough is not None else f"{largest.key} needs about {need:.0f} GiB")
+    return (f"ways out: serve the large models (`harness serve`, or any OpenAI-compatible server, named as "
+            f"openai: with its own endpoint), {spread}, or run the rows apart (only_rows)")
+
+
+def placements(phases: Iterable[Phase], models: Mapping[str, LocalModel],
+               devices: Devices | None) -> dict[str, dict[str, Any]]:
+    """Key -> the backend options each local engine starts with: its devices (`tensor_parallel_size` of a
+    vLLM engine) and its share of each device (`gpu_memory_utilization`); none without devices."""
+    if devices is None:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for phase in phases:
+        for key in phase.models:
+            m = models[key]
+            if m.kind == "vllm":
+                share = round(min(devices.usable, m.per_device_gib / devices.gpu_memory_gib), 4)
+                out[key] = {"tensor_parallel_size": m.devices, "gpu_memory_utilization": share}
+    return out
+
+
+def place(pool: Any, placed: Mapping[str, Mapping[str, Any]]) -> None:
+    """Give each local engine its placement before it loads (its options change; its identity does not)."""
+    for key, options in placed.items():
+        inner = pool.backend(key).backend
+        inner.options = dataclasses.replace(inner.options, **options)
