@@ -79,6 +79,9 @@ class RunConfig(BaseModel):
     backend: dict[str, Any] = Field(default_factory=dict)
     """BackendOptions fields (base_url, concurrency, timeout, max_attempts, batch_size, ...), checked by
     `backend_options` when the config is loaded."""
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Model spec -> where it is served: {base_url: URL or [replica URLs], served, identity, and any backend
+    option for it alone: api_key_env, concurrency, ...} (`harness.endpoints`)."""
     devices: DevicesConfig | None = None
     """The accelerators the local models share; None: `--gpus`/`--gpu-memory`, else what nvidia-smi lists, else
     unbounded (one phase)."""

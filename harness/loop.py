@@ -95,6 +95,8 @@ class LoopSummary:
     """Model spec -> requests sent and tokens spent by this command (`BackendPool.spent`; cache hits spend none)."""
     engines: dict[str, Any] = field(default_factory=dict)
     """Local models' loads and releases, and the most resident at once (`BackendPool.engines`)."""
+    replicas: dict[str, Any] = field(default_factory=dict)
+    """Models served by replicas: requests per replica and failovers (`BackendPool.replicas`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,6 +113,11 @@ class LoopSummary:
         """Requests and tokens per model that sent any (empty when everything came from the cache)."""
         return [f"{spec}: {s['calls']} calls, {s['prompt_tokens']} prompt + {s['completion_tokens']} completion "
                 "tokens" for spec, s in self.spent.items() if s.get("calls")]
+
+    def replica_lines(self) -> list[str]:
+        """Requests per replica and failovers, one line per model served by replicas."""
+        return [f"{spec}: " + ", ".join(f"{url} {n}" for url, n in r["requests"].items())
+                + f" requests; {r['failovers']} moved to another replica" for spec, r in self.replicas.items()]
 
     def lacking_lines(self) -> list[str]:
         """What the backends lacked, one line per model and feature (empty when none lacked anything)."""
@@ -176,6 +183,7 @@ async def run_loop(
             summary.lacking = counters.capabilities() if hasattr(counters, "capabilities") else {}
             summary.spent = counters.spent() if hasattr(counters, "spent") else {}
             summary.engines = counters.engines() if hasattr(counters, "engines") else {}
+            summary.replicas = counters.replicas() if hasattr(counters, "replicas") else {}
         summary.seconds = time.perf_counter() - started
         output.summary = summary.to_json()
         return summary

@@ -24,9 +24,13 @@ from harness.errors import ConfigError
 class BackendPool:
     """Builds each model spec's backend once (wrapped in the call cache) and closes them all at the end."""
 
-    def __init__(self, *, options: BackendOptions | None = None, cache: CallCache | None = None) -> None:
+    def __init__(self, *, options: BackendOptions | None = None, cache: CallCache | None = None,
+                 endpoints: Mapping[str, Any] | None = None) -> None:
         self.options = options or BackendOptions()
         self.cache = cache
+        self.endpoints = dict(endpoints or {})
+        """Model spec -> `harness.endpoints.Endpoint`: the models served elsewhere (their own servers, key
+        variables, concurrency; several URLs are replicas)."""
         self._backends: dict[str, CachedBackend] = {}
         self._closed_calls = 0
         self._closed_hits = 0
@@ -34,6 +38,7 @@ class BackendPool:
         self._spent: dict[str, dict[str, int]] = {}
         self._recording: list[set[str]] = []
         self._engines: dict[str, dict[str, int]] = {}
+        self._replicas: dict[str, dict[str, Any]] = {}
         self._peak = 0
 
     def get(self, spec: str, *, overrides: Mapping[str, Any] | None = None) -> CachedBackend:
@@ -50,9 +55,12 @@ class BackendPool:
         key = spec + (f"[{','.join(f'{k}={v}' for k, v in changed.items())}]" if changed else "")
         if key not in self._backends:
             from harness.backends import load_backend
+            from harness.endpoints import served_backend
 
             options = dataclasses.replace(self.options, **changed)
-            self._backends[key] = CachedBackend(load_backend(spec, options), self.cache)
+            endpoint = self.endpoints.get(spec)
+            built = served_backend(spec, endpoint, options) if endpoint else load_backend(spec, options)
+            self._backends[key] = CachedBackend(built, self.cache)
         for keys in self._recording:
             keys.add(key)
         return self._backends[key]
@@ -94,6 +102,13 @@ class BackendPool:
     def resident(self) -> list[str]:
         """Keys of the local backends whose weights are in memory now."""
         return [key for key, b in self._backends.items() if b.resident]
+
+    def replicas(self) -> dict[str, dict[str, Any]]:
+        """Key -> requests per replica and failovers, for every model served by replicas; kept after `close`."""
+        for key, b in self._backends.items():
+            if hasattr(b.backend, "stats"):
+                self._replicas[key] = b.backend.stats()
+        return dict(self._replicas)
 
     def engines(self) -> dict[str, Any]:
         """The local models' loads and releases so far, and the most that were resident at once at a phase's
@@ -147,6 +162,7 @@ class BackendPool:
         self.spent()
         self._peak = max(self._peak, len(self.resident()))
         self.engines()
+        self.replicas()
         for backend in self._backends.values():
             await backend.close()
         self._closed_calls, self._closed_hits = self.calls, self.hits  # the counts outlive the backends

@@ -125,6 +125,21 @@ GpusOpt = Annotated[
                  "nvidia-smi lists; none on a CPU machine). With --gpu-memory the run is planned to fit."),
 ]
 GpuMemoryOpt = Annotated[Optional[float], typer.Option("--gpu-memory", min=1, help="GiB of one GPU (with --gpus).")]
+EndpointsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--endpoints", help="YAML/JSON `models:` file (harness serve writes one): each model spec named "
+                 "there is served by its own OpenAI-compatible server(s) instead of loading here."),
+]
+
+
+def _endpoints(config_models: dict | None, path: Path | None, *, where: str) -> dict:
+    """Model spec -> Endpoint: the config's `models:`, with the endpoints file's entries on top."""
+    from harness.endpoints import parse_endpoints, read_endpoints
+
+    found = parse_endpoints(config_models or {}, where=where)
+    if path is not None:
+        found.update(read_endpoints(path))
+    return found
 
 
 def _backend_options(**given):
@@ -141,6 +156,11 @@ def _finish(summary, out: str) -> None:
     if spent:
         typer.echo("spent (tokens as the backends report them):")
         for line in spent:
+            typer.echo(f"  {line}")
+    replicas = summary.replica_lines()
+    if replicas:
+        typer.echo("replicas:")
+        for line in replicas:
             typer.echo(f"  {line}")
     lacking = summary.lacking_lines()
     if lacking:
@@ -320,6 +340,7 @@ def run(
     enforce_eager: EagerOpt = None,
     gpus: GpusOpt = None,
     gpu_memory: GpuMemoryOpt = None,
+    endpoints: EndpointsOpt = None,
     no_cache: NoCacheOpt = False,
     overwrite: OverwriteOpt = False,
     wait: WaitOpt = False,
@@ -335,7 +356,7 @@ def run(
     1 when some records hold failures, 2 for bad input (a benchmark that cannot be loaded, an evaluator, policy or
     judge that cannot be built, other settings, models that cannot fit the devices).
     """
-    plan, options, cfg = _table_plan(
+    plan, options, cfg, served = _table_plan(
         table, config, {"table": table, "preset": preset, "limit": limit, "seeds": seeds, "data_dir": data_dir,
                         "out": out, "seed": seed, "parallel": parallel},
         judge={"judge": judge, "base_url": judge_base_url, "api_key_env": judge_api_key_env},
@@ -343,16 +364,18 @@ def run(
         backend={"base_url": base_url, "api_key_env": api_key_env, "concurrency": concurrency, "timeout": timeout,
                  "max_attempts": max_attempts, "batch_size": batch_size, "dtype": dtype,
                  "enforce_eager": enforce_eager},
+        endpoints=endpoints,
     )
     out_dir = cfg.out or Path("runs") / f"{table}-{cfg.preset}"
     _run_and_report(plan, out_dir, options=options, config=cfg.model_dump(mode="json"), parallel=cfg.parallel,
-                    command="run", no_cache=no_cache, overwrite=overwrite, wait=wait, retry_failed=retry_failed)
+                    command="run", no_cache=no_cache, overwrite=overwrite, wait=wait, retry_failed=retry_failed,
+                    endpoints=served)
 
 
 def _table_plan(table: str, config: Path | None, overrides: dict, *, judge: dict, bench_option: list[str] | None,
-                skip_unavailable: bool, devices: dict, backend: dict):
-    """(RunPlan, BackendOptions, resolved RunConfig) of a table from its config file and the CLI's values, as
-    `run` and `plan` read them."""
+                skip_unavailable: bool, devices: dict, backend: dict, endpoints: Path | None):
+    """(RunPlan, BackendOptions, resolved RunConfig, endpoints) of a table from its config file and the CLI's
+    values, as `run` and `plan` read them."""
     from harness.commands.runner import RunPlan
     from harness.config import backend_options, load_run_config
     from harness.errors import ConfigError
@@ -385,7 +408,7 @@ def _table_plan(table: str, config: Path | None, overrides: dict, *, judge: dict
                    seed=cfg.seed, limit=cfg.limit, data_dir=cfg.data_dir, skip_unavailable=skip_unavailable,
                    judge=judge_spec, generation=generation, bench_options=cfg.bench_options,
                    devices=resolve_devices(cfg.devices, **devices))
-    return plan, options, cfg
+    return plan, options, cfg, _endpoints(cfg.models, endpoints, where=str(config or "command line"))
 
 
 @app.command("plan")
@@ -399,6 +422,7 @@ def plan_(
     gpus: GpusOpt = None,
     gpu_memory: GpuMemoryOpt = None,
     dtype: DtypeOpt = None,
+    endpoints: EndpointsOpt = None,
 ) -> None:
     """Plan a run before any model loads: each row's models; each local model's weight memory (from its
     config.json: parameters x dtype bytes, an MoE model counted whole) and the devices it spans; the phases the
@@ -408,12 +432,12 @@ def plan_(
     """
     from harness.commands.plan import show_plan
 
-    plan, options, _ = _table_plan(
+    plan, options, _, served = _table_plan(
         table, config, {"table": table, "preset": preset, "limit": limit, "seeds": seeds, "data_dir": data_dir},
         judge={"judge": None, "base_url": None, "api_key_env": None}, bench_option=None, skip_unavailable=True,
-        devices={"gpus": gpus, "gpu_memory": gpu_memory}, backend={"dtype": dtype},
+        devices={"gpus": gpus, "gpu_memory": gpu_memory}, backend={"dtype": dtype}, endpoints=endpoints,
     )
-    typer.echo("\n".join(show_plan(plan, options)))
+    typer.echo("\n".join(show_plan(plan, options, served)))
 
 
 def _with_cli_judge(cfg, spec, *, judge: str | None, base_url: str | None, api_key_env: str | None):
@@ -493,13 +517,13 @@ def policy_setup(spec, cfg):
 
 
 def _run_and_report(plan, out_dir: Path, *, options, config: dict, parallel: int, command: str, no_cache: bool,
-                    overwrite: bool, wait: bool, retry_failed: bool) -> None:
+                    overwrite: bool, wait: bool, retry_failed: bool, endpoints: dict) -> None:
     from harness.cache import CallCache
     from harness.pool import BackendPool
     from harness.commands.runner import prepare, run_plan
     from reports.report import write_reports
 
-    pool = BackendPool(options=options, cache=None if no_cache else CallCache())
+    pool = BackendPool(options=options, cache=None if no_cache else CallCache(), endpoints=endpoints)
     ready = prepare(plan, pool)
     summary = _drive(pool, lambda: run_plan(
         plan, out_dir, pool, ready=ready, parallel=parallel, command=command,
@@ -541,6 +565,7 @@ def eval_(
     enforce_eager: EagerOpt = None,
     gpus: GpusOpt = None,
     gpu_memory: GpuMemoryOpt = None,
+    endpoints: EndpointsOpt = None,
     no_cache: NoCacheOpt = False,
     overwrite: OverwriteOpt = False,
     wait: WaitOpt = False,
@@ -565,7 +590,7 @@ def eval_(
               "data_dir": str(data_dir) if data_dir else None, "seed": seed, "parallel": parallel}
     _run_and_report(plan, out or Path("runs") / f"eval-{benchmark}-{tag}", options=options, config=config,
                     parallel=parallel, command="eval", no_cache=no_cache, overwrite=overwrite, wait=wait,
-                    retry_failed=retry_failed)
+                    retry_failed=retry_failed, endpoints=_endpoints(None, endpoints, where="command line"))
 
 
 @app.command()

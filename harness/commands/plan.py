@@ -154,7 +154,7 @@ def _where(pool: Any, key: str) -> str:
 
 
 
-def show_plan(plan: Any, options: Any) -> list[str]:
+def show_plan(plan: Any, options: Any, endpoints: Mapping[str, Any] | None = None) -> list[str]:
     """Load what the run would load (data; models built, none loaded), size and schedule the local models, and
     return the printed plan.
 
@@ -169,7 +169,7 @@ def show_plan(plan: Any, options: Any) -> list[str]:
     from benchmarks import register_all
 
     register_all()
-    pool = BackendPool(options=options)
+    pool = BackendPool(options=options, endpoints=endpoints)
     ready = Prepared()
     unavailable = {}
     for name in plan.benchmarks:
