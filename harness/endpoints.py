@@ -75,6 +75,13 @@ def parse_endpoints(data: Any, *, where: str) -> dict[str, Endpoint]:
         if not isinstance(identity, Mapping):
             raise ConfigError(f"{at}: identity must be a mapping, got {type(identity).__name__}")
         found[str(spec)] = Endpoint(urls, entry.get("served"), {str(k): str(v) for k, v in identity.items()}, rest)
+    serving: dict[str, str] = {}
+    for spec, endpoint in found.items():  # one vLLM server serves one model
+        for url in endpoint.urls:
+            other = serving.setdefault(url.rstrip("/"), spec)
+            if other != spec:
+                raise ConfigError(f"{where}: models.{other} and models.{spec} name the same server {url}; a server "
+                                  "serves one model: give each its own base_url")
     return found
 
 

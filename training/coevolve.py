@@ -61,6 +61,8 @@ class CoevolveConfig(BaseModel):
     generator_grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     policy_grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     backend: dict[str, Any] = Field(default_factory=dict)
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Model spec -> where it is served (`harness.endpoints`), for every stage."""
 
 
 def load_coevolve_config(path: Path, *, rounds: int | None = None, output_dir: Path | None = None,
@@ -104,7 +106,8 @@ def stage_config(config: CoevolveConfig, stage: dict[str, str], specs: dict[str,
         ConfigError: naming the values its config refuses.
     """
     common = dict(model=specs[stage["model"]], output_dir=target, verifier=config.verifier,
-                  verify_mode=config.verify_mode, structured=config.structured, backend=config.backend)
+                  verify_mode=config.verify_mode, structured=config.structured, backend=config.backend,
+                  models=config.models)
     try:
         if stage["kind"] == "generator":
             sets = SetSampling(policy=specs[stage["sets_from"]], set_size=config.set_size,
@@ -128,9 +131,12 @@ def prepare_stages(config: CoevolveConfig) -> list[tuple[dict[str, str], Job]]:
     out = Path(config.output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output_dir {out} exists and is not a directory")
+    from harness.endpoints import parse_endpoints
+
     options = backend_options(config.backend, where="backend")
-    known = {spec: identify(spec, options) for spec in dict.fromkeys((config.generator, config.policy,
-                                                                       config.verifier))}
+    endpoints = parse_endpoints(config.models, where="co-evolution config")
+    known = {spec: identify(spec, options, endpoints) for spec in dict.fromkeys((config.generator, config.policy,
+                                                                                  config.verifier))}
     specs = {"G0": config.generator, "P0": config.policy}
     jobs = []
     for stage in plan(config):

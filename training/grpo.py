@@ -129,6 +129,9 @@ class TrainConfig(BaseModel):
     grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     backend: dict[str, Any] = Field(default_factory=dict)
     """BackendOptions of the frozen models (base_url, concurrency, batch_size, ...)."""
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Model spec -> where it is served (`harness.endpoints`: base_url or replicas, served name, key variable,
+    concurrency, identity): each frozen model on its own server."""
 
 
 def load_train_config(path: Path, *, output_dir: Path | None = None, data_dir: Path | None = None,

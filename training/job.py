@@ -35,6 +35,8 @@ class Job:
     config: TrainConfig
     options: Any
     """The frozen models' `BackendOptions`."""
+    endpoints: dict[str, Any]
+    """Model spec -> where it is served (`harness.endpoints`)."""
     nectar: Path | None
     """The Nectar file (None: the Hub split)."""
     parents: dict[str, dict[str, Any]]
@@ -59,11 +61,14 @@ def roles(kind: Kind, config: TrainConfig) -> dict[str, str]:
     return found
 
 
-def identify(spec: str, options: Any) -> dict[str, Any]:
-    """A model's identity (weights fingerprint, hub commit or server), without loading it."""
+def identify(spec: str, options: Any, endpoints: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A model's identity (weights fingerprint, hub commit, or its servers'), without loading it."""
     from harness.backends import load_backend
+    from harness.endpoints import served_backend
     from training.grpo import backend_spec
 
+    if endpoints and spec in endpoints:
+        return served_backend(spec, endpoints[spec], options).identity()
     return load_backend(backend_spec(spec), options).identity()
 
 
@@ -73,7 +78,7 @@ def job_settings(kind: Kind, config: TrainConfig, *, parents: Mapping[str, Mappi
     and the runtime knobs: the backend's options, whose output-changing choices are in the models' identities, and
     `GRPOSettings.RUNTIME`), the identities of its parents and the data's fingerprint."""
     values = config.model_dump(mode="json", exclude={
-        "output_dir": True, "backend": True, "data": {"data_dir": True},
+        "output_dir": True, "backend": True, "models": True, "data": {"data_dir": True},
         "grpo": {name: True for name in GRPOSettings.RUNTIME}})
     identities = {role: parent["identity"] for role, parent in parents.items()}
     return {"kind": kind, **values, "parents": identities, "data_source": data}
@@ -96,16 +101,20 @@ def prepare(kind: Kind, config: TrainConfig, *, known: Mapping[str, dict[str, An
     from training.data import source_fingerprint
     from training.grpo import grpo_config, model_path
 
+    from harness.endpoints import parse_endpoints
+
     parent_specs = roles(kind, config)
     options = backend_options(config.backend, where="backend")
+    endpoints = parse_endpoints(config.models, where="training config")
     nectar = local_file(Path(config.data.data_dir)) if config.data.data_dir is not None else None
     grpo_config(config.grpo, Path(config.output_dir))
     model_path(config.model)
     known = known or {}
-    parents = {role: {"spec": spec, "identity": known[spec] if spec in known else identify(spec, options)}
+    parents = {role: {"spec": spec, "identity": known[spec] if spec in known else identify(spec, options, endpoints)}
                for role, spec in parent_specs.items()}
     settings = job_settings(kind, config, parents=parents, data=source_fingerprint(nectar))
-    return Job(kind, config, options, nectar, parents, settings, checkpoint.check(config.output_dir, settings))
+    return Job(kind, config, options, endpoints, nectar, parents, settings,
+               checkpoint.check(config.output_dir, settings))
 
 
 def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
@@ -160,12 +169,12 @@ def _train(job: Job, rows: list) -> tuple[list, list[dict[str, Any]]]:
 
     config, out = job.config, Path(job.config.output_dir)
     if job.kind == "generator":
-        sets_pool = BackendPool(options=job.options, cache=CallCache())
+        sets_pool = BackendPool(options=job.options, cache=CallCache(), endpoints=job.endpoints)
         rows, sets, _ = sample_sets(rows, config.data.sets, out / "sets.jsonl", sets_pool, seed=config.grpo.seed)
         dataset = generator_dataset(rows, sets, seed=config.grpo.seed)
     else:
         dataset = policy_dataset(rows)
-    pool = BackendPool(options=job.options, cache=CallCache())
+    pool = BackendPool(options=job.options, cache=CallCache(), endpoints=job.endpoints)
     reward = make_reward(job.kind, config, pool)
     try:
         fit(config.model, config.grpo, dataset, reward, out)

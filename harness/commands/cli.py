@@ -132,6 +132,16 @@ EndpointsOpt = Annotated[
 ]
 
 
+def _served_models(config_models: dict, path: Path | None) -> dict:
+    """A training config's `models:` with an endpoints file's entries on top (as plain mappings)."""
+    from harness.config import read_yaml_mapping
+
+    if path is None:
+        return config_models
+    found = read_yaml_mapping(path, what="endpoints file").get("models") or {}
+    return {**config_models, **found}
+
+
 def _endpoints(config_models: dict | None, path: Path | None, *, where: str) -> dict:
     """Model spec -> Endpoint: the config's `models:`, with the endpoints file's entries on top."""
     from harness.endpoints import parse_endpoints, read_endpoints
@@ -786,6 +796,7 @@ def train(
     ] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", min=1, help="GRPO steps (overrides grpo.max_steps).")] = None,
     rounds: Annotated[Optional[int], typer.Option("--rounds", min=1, help="coevolve: rounds (overrides rounds).")] = None,
+    endpoints: EndpointsOpt = None,
     overwrite: OverwriteOpt = False,
 ) -> None:
     """Train a DR-Generator or a DR-Policy with GRPO (TRL) on the DR rewards; the output dir is a plain Hugging
@@ -810,6 +821,7 @@ def train(
 
         co = load_coevolve_config(config, rounds=rounds, output_dir=output_dir, data_dir=data_dir,
                                   max_steps=max_steps)
+        co = co.model_copy(update={"models": _served_models(co.models, endpoints)})
         result = coevolve(co, overwrite=overwrite)
         for stage in result["stages"]:
             parents = ", ".join(f"{k} {v}" for k, v in stage["parents"].items())
@@ -823,6 +835,7 @@ def train(
     from training.job import train as run_training
 
     cfg = load_train_config(config, output_dir=output_dir, data_dir=data_dir, max_steps=max_steps)
+    cfg = cfg.model_copy(update={"models": _served_models(cfg.models, endpoints)})
     manifest = run_training(what, cfg, overwrite=overwrite)  # type: ignore[arg-type]
     typer.echo(f"{what} checkpoint: {manifest['checkpoint']} ({manifest['data']['rows']} training rows; "
                f"manifest {manifest['checkpoint']}/dr_manifest.json)")
