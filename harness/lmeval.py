@@ -110,6 +110,7 @@ class HarnessLM(_LMBase):  # type: ignore[misc,valid-type]
                 cache = CallCache()
             self._pool: BackendPool | None = BackendPool(options=options, cache=None if no_cache else cache)
             self.backend: Any = self._pool.get(model)
+            self._pool.preflight()
             self.spec = model
         else:
             self._pool, self.backend, self.spec = None, model, f"{model.kind}:{model.model}"

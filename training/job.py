@@ -67,9 +67,12 @@ def identify(spec: str, options: Any, endpoints: Mapping[str, Any] | None = None
     from harness.endpoints import served_backend
     from training.grpo import backend_spec
 
-    if endpoints and spec in endpoints:
-        return served_backend(spec, endpoints[spec], options).identity()
-    return load_backend(backend_spec(spec), options).identity()
+    built = (served_backend(spec, endpoints[spec], options) if endpoints and spec in endpoints
+             else load_backend(backend_spec(spec), options))
+    check = getattr(built, "preflight", None)
+    if check is not None:  # a key variable named but unset, vLLM missing: before any call
+        check()
+    return built.identity()
 
 
 def job_settings(kind: Kind, config: TrainConfig, *, parents: Mapping[str, Mapping[str, Any]],

@@ -229,11 +229,6 @@ class OpenAIBackend:
         )
         self._key_env = options.api_key_env or DEFAULT_KEY_ENV
         self._key = os.environ.get(self._key_env, "")
-        if options.api_key_env and not self._key:
-            raise ConfigError(
-                f"openai:{model}: the API key variable ${options.api_key_env} is not set (named by api_key_env or "
-                "--api-key-env); export it, or leave the option out for a server that needs no key"
-            )
         register_secret(self._key)
         self._found: dict[str, Any] = {}
         """Feature -> what this server was found to do: a structured-output or prefill form (None: none taken),
@@ -272,6 +267,18 @@ class OpenAIBackend:
             )
             for _ in range(shards)
         ]
+
+    def preflight(self) -> None:
+        """Check before the first call that a key variable the user named is set (a plan needs no key).
+
+        Raises:
+            ConfigError: naming the unset variable.
+        """
+        if self.options.api_key_env and not self._key:
+            raise ConfigError(
+                f"openai:{self.model}: the API key variable ${self.options.api_key_env} is not set (named by "
+                "api_key_env or --api-key-env); export it, or leave the option out for a server that needs no key"
+            )
 
     def identity(self) -> dict[str, str]:
         """Backend kind, model id and normalised server URL (no key, no credentials in the URL)."""

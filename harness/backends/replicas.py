@@ -86,6 +86,10 @@ class ReplicaBackend:
     def http_requests(self) -> int:
         return sum(r.http_requests for r in self.replicas)
 
+    def preflight(self) -> None:
+        for replica in self.replicas:
+            replica.preflight()
+
     def check_score(self, head: ScoreHead) -> None:
         self.replicas[0].check_score(head)
 

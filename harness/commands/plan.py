@@ -114,8 +114,12 @@ def render(plan: Any, ready: Any, scheduled: Any, pool: Any, flows: Mapping[str,
                      "engine and device")
     lines += ["", "rows:"]
     for label, spec in plan.rows.items():
-        keys = sorted(ready.needs.get(spec, ()))
         lines.append(f"  {label}: {spec}")
+        if spec not in ready.needs:
+            why = next((v for k, v in ready.unavailable.items() if k.endswith(f" {spec}")), "not built")
+            lines.append(f"    left out: {why}")
+            continue
+        keys = sorted(ready.needs[spec])
         lines.append(f"    models: {', '.join(_where(pool, k) for k in keys) or 'none (checked without a model)'}")
     lines += ["", "local models (weights from config.json: parameters x dtype bytes; MoE counted whole):"]
     for m in scheduled.models.values():
