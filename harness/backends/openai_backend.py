@@ -40,15 +40,29 @@ instead, so that every request ends as a completion or a categorised `Failure`, 
     keeps to the constraint (servers that ignore unknown fields are found out by their answers); a server that
     takes none gets plain requests, and the caller's parser reads the text either way.
 - `http_requests` counts every HTTP request (attempts and probes), the calls as the server sees them.
-- `score` (a reward model's scalar) is refused with a `ConfigError`: a chat server has no reward-model endpoint.
+- Loglikelihoods of given text (`loglikelihood`: lm-eval's multiple-choice and perplexity requests) come from
+  `POST /completions` with the prompt as token ids, `max_tokens: 1` and vLLM's `prompt_logprobs: 1` (each prompt
+  token's logprob and rank), else the legacy `echo: true, logprobs: 1` (lm-eval's `local-completions`), the first
+  form the server answers, probed once. Token boundaries are the server's own: its tokenizer endpoint (vLLM's
+  `/tokenize` at the server root; `/detokenize` reads a rendered chat back; `GET /tokenizer_info`, served with
+  `--enable-tokenizer-info-endpoint`, names the BOS an empty context starts from) splits each request as the `hf`
+  backend does, and the continuation's logprobs are summed, greedy when each ranks first. A server without the
+  tokenizer endpoint or prompt logprobs fails these requests as UNSUPPORTED, saying what it lacked.
+- Reward-model scores (`score`, head `classifier`) come from a server on vLLM's pooling runner (`--runner pooling`,
+  a `*ForSequenceClassification` checkpoint): the conversation tokenized by `/tokenize` as `hf` renders it, cut as
+  `hf` cuts it, and sent as token ids to `POST /classify` with `use_activation: false`, whose one value is the
+  raw logit. A server without `/classify` (not a pooling server), or whose classifier has other than one label,
+  stops the first `score` call with a `ConfigError`; `head=lm-token0` is refused before any call (`check_score`).
+  These two roles live in `harness.backends.openai_served` (mixed in); response bodies are bounded by what the
+  request asked for (`harness.backends.http_bounds`).
 
 Requests go through the SDK's generic `client.post(path, body=..., cast_to=<httpx Response>)`, its documented
 way to make raw calls, and the few fields used are parsed and checked here. The typed `create()` transforms
 every parameter and parses the answer into pydantic models, which took about a third of the client's CPU per
 request against a local server; CPU per request is what limits throughput there (see `harness bench api`).
 
-The API key comes from the environment variable `options.api_key_env`, which must then be set (building the
-backend fails otherwise, before any call), or else from `$OPENAI_API_KEY` where set (a placeholder when not,
+The API key comes from the environment variable `options.api_key_env`, which must then be set (`preflight`,
+before any call, refuses an unset one), or else from `$OPENAI_API_KEY` where set (a placeholder when not,
 since local servers need none). It is scrubbed from every message this module records and never enters `identity()`.
 """
 
@@ -56,7 +70,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import contextvars
 import dataclasses
 import json
 import logging
@@ -79,19 +92,16 @@ from harness.backends.base import (
     Completion,
     Constraint,
     GenerateRequest,
-    LoglikelihoodRequest,
-    LoglikelihoodResult,
     LogprobRequest,
     LogprobResult,
     Message,
-    ScoreHead,
-    ScoreRequest,
-    ScoreResult,
     TokenLogprob,
     Usage,
     chat_to_json,
     sample_seed,
 )
+from harness.backends.http_bounds import BODY_LIMIT, ResponseTooLarge, bounded_transport, response_limit
+from harness.backends.openai_served import PROBE_QUESTION, ServedRoles, _usage
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory
 from harness.redact import holds_secret, register_secret, scrub_secrets, scrub_tree
 from harness.registry import register
@@ -157,8 +167,6 @@ MIN_TOKENS = "min_tokens"
 PREFILL = "assistant prefill"
 TOP_LOGPROBS = "top_logprobs"
 TOKEN_LOGPROBS = "token logprobs"
-PROBE_QUESTION = "Say yes."
-"""The user turn of the `n` and `top_logprobs` probes."""
 SHORT_PROBE = "What is 2+2? Reply with the number only."
 """The `min_tokens` probe's question: one most models answer in a few tokens (SmolLM2-135M: 7-8)."""
 PREFILL_PROBE = ("Count to ten in words.", " one two three four five six")
@@ -170,15 +178,6 @@ _SNIPPET_CHARS = 200
 _CONNECTIONS_PER_CLIENT = 8
 _PACER_WINDOW = 16
 _PACER_MAX_INTERVAL_S = 0.01
-BODY_BASE_BYTES = 64 * 1024
-"""What a response body may hold besides its completions (ids, usage, headers' worth of JSON)."""
-BODY_BYTES_PER_TOKEN = 64
-"""Bytes one completion token may take in a response body: generous for JSON-escaped multi-byte text."""
-BODY_BYTES_PER_ALTERNATIVE = 192
-"""Bytes one `top_logprobs` entry may take (its token, logprob and byte list)."""
-BODY_CAP_BYTES = 32 * 1024 * 1024
-"""No response body is read past this, whatever was asked."""
-_BODY_LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("harness_body_limit", default=BODY_CAP_BYTES)
 
 T = TypeVar("T")
 
@@ -194,7 +193,7 @@ class _Fault:
 
 
 @register("backend", "openai")
-class OpenAIBackend:
+class OpenAIBackend(ServedRoles):
     """An OpenAI-compatible server behind the `Backend` protocol.
 
     Args:
@@ -300,29 +299,6 @@ class OpenAIBackend:
         one HTTP request (the server's prefix cache, where it has one, shares their common start).
         """
         return list(await asyncio.gather(*(self._logprobs_one(r, candidates) for r in requests)))
-
-    async def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
-        """Not available on a chat server: the chat API scores no text it did not write. Every request gets an
-        `unsupported` failure; use `hf:` or `vllm:` for loglikelihood tasks."""
-        failure = Failure(FailureCategory.UNSUPPORTED, f"openai:{self.model} cannot compute loglikelihoods: an "
-                          "OpenAI-compatible chat server returns no log-probabilities of given text; use hf: or vllm:")
-        return [LoglikelihoodResult(None, error=failure) for _ in requests]
-
-    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
-        """Not available on a chat server (see `check_score`).
-
-        Raises:
-            ConfigError: always.
-        """
-        self.check_score(requests[0].head if requests else "classifier")
-        return []
-
-    def check_score(self, head: ScoreHead) -> None:
-        """Raises ConfigError: an OpenAI-compatible chat server has no reward-model endpoint."""
-        raise ConfigError(
-            f"openai:{self.model} cannot score with a reward model (head={head}): an OpenAI-compatible chat "
-            "server has no reward-model endpoint; load the reward model with hf: or vllm:"
-        )
 
     async def probe(self) -> None:
         """One quick `GET /models` (one attempt, at most 10 s).
@@ -501,15 +477,18 @@ class OpenAIBackend:
         self._lacks[feature] = reason
         log.debug("%s: %s %s", self._server_label(), feature, reason)
 
-    async def _probe_post(self, body: dict[str, Any]) -> tuple[dict[str, Any] | Failure, bool]:
+    async def _probe_post(
+        self, body: dict[str, Any] | None, *, path: str = "/chat/completions", limit: int | None = None
+    ) -> tuple[dict[str, Any] | Failure, bool]:
         """A probing request: (the answer or why not, whether the server refused it). An HTTP error status on
-        the first attempt is a refusal of what is being probed (no retry); other faults are retried as usual."""
-        outcome = await self._attempt(body)
+        the first attempt is a refusal of what is being probed (no retry); other faults are retried as usual.
+        `path`, `limit`: as for `_post`."""
+        outcome = await self._attempt(body, path=path, limit=limit)
         if not isinstance(outcome, _Fault):
             return outcome, False
         if outcome.category in (FailureCategory.BAD_REQUEST, FailureCategory.SERVER_ERROR):
             return self._failure(outcome.category, outcome.message, 1), True
-        payload, _ = await self._post_chat(body)
+        payload, _ = await self._post(path, body, limit=limit)
         return payload, False
 
     async def _supports_n(self) -> bool:
@@ -695,11 +674,19 @@ class OpenAIBackend:
 
     async def _post_chat(self, body: dict[str, Any]) -> tuple[dict[str, Any] | Failure, int]:
         """POST a chat completion with retries: the JSON body (or a Failure) and the attempts it took."""
+        return await self._post("/chat/completions", body)
+
+    async def _post(
+        self, path: str, body: dict[str, Any] | None, *, limit: int | None = None
+    ) -> tuple[dict[str, Any] | Failure, int]:
+        """POST `body` to `path` (GET when `body` is None) with retries: the JSON answer (or a Failure) and the
+        attempts it took. `path` is relative to the base URL, or absolute (`_root_url`: endpoints outside `/v1`);
+        `limit`: the most bytes the answer may take (default: `response_limit(body)`)."""
         fault: _Fault | None = None
         for attempt in range(1, self.options.max_attempts + 1):
             if fault is not None:
                 await asyncio.sleep(self._backoff(attempt - 1, fault.retry_after))
-            outcome = await self._attempt(body)
+            outcome = await self._attempt(body, path=path, limit=limit)
             if not isinstance(outcome, _Fault):
                 return outcome, attempt
             fault = outcome
@@ -708,18 +695,20 @@ class OpenAIBackend:
         assert fault is not None
         return self._failure(fault.category, fault.message, attempt), attempt
 
-    async def _attempt(self, body: dict[str, Any]) -> dict[str, Any] | _Fault:
+    async def _attempt(
+        self, body: dict[str, Any] | None, *, path: str = "/chat/completions", limit: int | None = None
+    ) -> dict[str, Any] | _Fault:
         openai = self._openai
         slot = await self._limit.acquire()
         client = self._clients[slot % len(self._clients)]
         started = time.monotonic()
         self.http_requests += 1
-        limit = _BODY_LIMIT.set(response_limit(body))
+        limit = BODY_LIMIT.set(response_limit(body or {}) if limit is None else limit)
         try:
             await self._pacer.wait()
-            response = await _deadline(
-                client.post("/chat/completions", body=body, cast_to=self._response_type), self.options.timeout
-            )
+            call = (client.get(path, cast_to=self._response_type) if body is None
+                    else client.post(path, body=body, cast_to=self._response_type))
+            response = await _deadline(call, self.options.timeout)
             content = response.content
         except ResponseTooLarge as err:
             return _Fault(FailureCategory.MALFORMED_RESPONSE, str(err), True)
@@ -738,7 +727,7 @@ class OpenAIBackend:
                 FailureCategory.CONNECTION, f"connection failed: {str(cause) or type(cause).__name__}", True
             )
         finally:
-            _BODY_LIMIT.reset(limit)
+            BODY_LIMIT.reset(limit)
             self._limit.release(slot)
             self._pacer.finished()
         self._limit.on_success()
@@ -868,67 +857,6 @@ class _Pacer:
             sample = min((mark[1] - self._mark[1]) / _PACER_WINDOW, _PACER_MAX_INTERVAL_S)
             self.interval = sample if self.interval == 0 else 0.75 * self.interval + 0.25 * sample
         self._mark = mark
-
-
-class ResponseTooLarge(Exception):
-    """A response body longer than its request could have asked for (`response_limit`)."""
-
-
-def response_limit(body: dict[str, Any]) -> int:
-    """The most bytes a well-formed answer to the chat request `body` can take: `max_tokens` per choice at
-    `BODY_BYTES_PER_TOKEN` (plus its `top_logprobs` entries), over a fixed allowance, never above
-    `BODY_CAP_BYTES`. A server that sends more is not answering the request (an echo, a runaway, an attack)."""
-    tokens = body.get("max_tokens")
-    if not isinstance(tokens, int) or tokens < 1:
-        return BODY_CAP_BYTES
-    per_token = BODY_BYTES_PER_TOKEN
-    if body.get("logprobs"):
-        per_token += (int(body.get("top_logprobs") or 0) + 1) * BODY_BYTES_PER_ALTERNATIVE
-    return min(BODY_CAP_BYTES, BODY_BASE_BYTES + max(1, int(body.get("n") or 1)) * tokens * per_token)
-
-
-def bounded_transport(http: Any, limits: Any, *, inner: Any = None) -> Any:
-    """An async transport of the SDK's HTTP package that stops reading a response body past the current
-    request's limit (`_BODY_LIMIT`, set around each request) and raises `ResponseTooLarge`: a declared
-    `Content-Length` over it is refused before the body is read, a body that grows past it is cut off there, so
-    an oversize answer costs at most the limit in memory. `inner`: the transport it wraps (default: the package's
-    own, with `limits`)."""
-
-    class BoundedBody(http.AsyncByteStream):
-        def __init__(self, stream: Any, limit: int) -> None:
-            self._stream, self._limit = stream, limit
-
-        async def __aiter__(self) -> Any:
-            seen = 0
-            async for part in self._stream:
-                seen += len(part)
-                if seen > self._limit:
-                    raise ResponseTooLarge(f"response body over {self._limit:,} bytes, more than the request "
-                                           "asked for (max_tokens)")
-                yield part
-
-        async def aclose(self) -> None:
-            await self._stream.aclose()
-
-    class BoundedTransport(http.AsyncBaseTransport):
-        def __init__(self) -> None:
-            self._inner = inner if inner is not None else http.AsyncHTTPTransport(limits=limits)
-
-        async def handle_async_request(self, request: Any) -> Any:
-            limit = _BODY_LIMIT.get()
-            response = await self._inner.handle_async_request(request)
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > limit:
-                await response.aclose()
-                raise ResponseTooLarge(f"response body of {int(declared):,} bytes declared, over the {limit:,} "
-                                       "the request could take (max_tokens)")
-            return http.Response(response.status_code, headers=response.headers,
-                                 stream=BoundedBody(response.stream, limit), extensions=response.extensions)
-
-        async def aclose(self) -> None:
-            await self._inner.aclose()
-
-    return BoundedTransport()
 
 
 async def _deadline(awaitable: Awaitable[T], seconds: float) -> T:
@@ -1096,16 +1024,6 @@ def _token_entry(entry: dict[str, Any]) -> bool:
     return numeric and isinstance(entry.get("token"), str)
 
 
-def _usage(payload: dict[str, Any]) -> Usage:
-    usage = payload.get("usage")
-    if not isinstance(usage, dict):
-        return Usage()
-    try:
-        return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-    except (TypeError, ValueError):
-        return Usage()
-
-
 def _first_token_alternatives(payload: dict[str, Any]) -> list[tuple[str, float]] | Failure:
     """(token, logprob) pairs ranked at the first generated position: `top_logprobs` and the chosen token."""
     choices = payload.get("choices")
@@ -1145,3 +1063,4 @@ def match_candidates(
         if logprob > best.get(key, -math.inf):
             best[key] = logprob
     return {c: best.get(c.lstrip(), -math.inf) for c in candidates}
+

@@ -66,7 +66,7 @@ def test_a_body_that_grows_past_its_limit_is_cut_off_while_read():
     """No declared length (a streamed body): reading stops at the request's limit."""
     import openai
 
-    from harness.backends import openai_backend as ob
+    from harness.backends import http_bounds as hb
 
     http = sys.modules[type(openai.DEFAULT_CONNECTION_LIMITS).__module__.partition(".")[0]]
     sent: list[int] = []
@@ -78,23 +78,23 @@ def test_a_body_that_grows_past_its_limit_is_cut_off_while_read():
 
     inner = http.MockTransport(lambda request: http.Response(200, content=chunks()))
     body = {"max_tokens": 8, "messages": []}
-    limit = ob.response_limit(body)
-    assert limit == ob.BODY_BASE_BYTES + 8 * ob.BODY_BYTES_PER_TOKEN
+    limit = hb.response_limit(body)
+    assert limit == hb.BODY_BASE_BYTES + 8 * hb.BODY_BYTES_PER_TOKEN
 
     async def fetch():
-        async with http.AsyncClient(transport=ob.bounded_transport(http, None, inner=inner)) as client:
-            token = ob._BODY_LIMIT.set(limit)
+        async with http.AsyncClient(transport=hb.bounded_transport(http, None, inner=inner)) as client:
+            token = hb.BODY_LIMIT.set(limit)
             try:
                 await client.post("http://test/v1/chat/completions", json=body)
             finally:
-                ob._BODY_LIMIT.reset(token)
+                hb.BODY_LIMIT.reset(token)
 
-    with pytest.raises(ob.ResponseTooLarge, match="more than the request asked for"):
+    with pytest.raises(hb.ResponseTooLarge, match="more than the request asked for"):
         asyncio.run(fetch())
     assert len(sent) <= limit // 65536 + 2
-    logprobs = ob.response_limit({"max_tokens": 1, "logprobs": True, "top_logprobs": 20, "n": 2})
-    assert logprobs == ob.BODY_BASE_BYTES + 2 * (ob.BODY_BYTES_PER_TOKEN + 21 * ob.BODY_BYTES_PER_ALTERNATIVE)
-    assert ob.response_limit({"max_tokens": 10**9}) == ob.BODY_CAP_BYTES
+    logprobs = hb.response_limit({"max_tokens": 1, "logprobs": True, "top_logprobs": 20, "n": 2})
+    assert logprobs == hb.BODY_BASE_BYTES + 2 * (hb.BODY_BYTES_PER_TOKEN + 21 * hb.BODY_BYTES_PER_ALTERNATIVE)
+    assert hb.response_limit({"max_tokens": 10**9}) == hb.BODY_CAP_BYTES
 
 
 def _echo_key(request) -> HttpResponse:

@@ -516,16 +516,6 @@ def test_registered_under_openai() -> None:
     assert isinstance(backend, OpenAIBackend) and backend.kind == "openai"
 
 
-def test_loglikelihood_is_refused_per_request_with_the_reason() -> None:
-    from harness.backends.base import LoglikelihoodRequest
-
-    backend = OpenAIBackend("m", BackendOptions(base_url="http://127.0.0.1:1/v1"))
-    results = asyncio.run(backend.loglikelihood([LoglikelihoodRequest(" a", "Q"), LoglikelihoodRequest("b")]))
-    asyncio.run(backend.close())
-    assert [r.error.category.value for r in results] == ["unsupported", "unsupported"]
-    assert "use hf: or vllm:" in results[0].error.message and results[0].logprob is None
-
-
 def test_bench_api_runs_against_a_loopback_server_process() -> None:
     result = run_bench_api(latency_ms=20, concurrency=4, requests=16)
     assert result.failures == 0 and result.requests == 16

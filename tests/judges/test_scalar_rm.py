@@ -313,15 +313,15 @@ def test_bad_settings(rm_dir: Path, tmp_path: Path, settings: str, error: type, 
     assert "\n" not in str(info.value)
 
 
-def test_an_openai_compatible_server_has_no_reward_model_endpoint() -> None:
-    from harness.backends.base import BackendOptions, Message, ScoreRequest
+def test_an_openai_server_scores_only_the_classifier_head() -> None:
+    """A pooling server returns no LM logits: `lm-token0` is refused before any call; the classifier head is
+    served by vLLM's pooling runner, which the first score call finds out (tests/harness/test_openai_served.py)."""
+    from harness.backends.base import BackendOptions
 
     pool = BackendPool(options=BackendOptions(base_url="http://127.0.0.1:1/v1"))
-    with pytest.raises(ConfigError, match="scalar-rm: openai:gpt-4.1 cannot score.*no reward-model endpoint"):
-        load_evaluator("scalar-rm:model=openai:gpt-4.1", pool)
-    chat = (Message("user", "Hi"), Message("assistant", "Hello"))
-    with pytest.raises(ConfigError, match="no reward-model endpoint"):
-        asyncio.run(pool.get("openai:gpt-4.1").backend.score([ScoreRequest(chat)]))
+    with pytest.raises(ConfigError, match="scalar-rm: openai:gpt-4.1 cannot score with head=lm-token0"):
+        load_evaluator("scalar-rm:model=openai:gpt-4.1,head=lm-token0", pool)
+    load_evaluator("scalar-rm:model=openai:gpt-4.1", pool)
     asyncio.run(pool.close())
 
 
