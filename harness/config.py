@@ -44,6 +44,19 @@ class DevicesConfig(BaseModel):
     usable: float = Field(0.92, gt=0, le=1, description="Share of a device the engines may take together.")
 
 
+class ServeModelConfig(BaseModel):
+    """One model's entry in `serve:` of a run config: how `harness serve` serves it (`harness.serve`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    replicas: int = Field(1, ge=1, description="Servers of this model (the run routes among them).")
+    tensor_parallel_size: int | None = Field(None, ge=1, description="GPUs per replica (None: fewest).")
+    devices: list[int] | None = Field(None, description="GPU indices, replicas x tensor_parallel_size.")
+    runner: Literal["auto", "generate", "pooling"] = Field(
+        "auto", description="auto: pooling for a *ForSequenceClassification checkpoint, else generate.")
+    args: list[str] = Field(default_factory=list, description="Extra vLLM server arguments.")
+
+
 class RunConfig(BaseModel):
     """Settings of `harness run TABLE` (written, resolved, into the run's manifest)."""
 
@@ -85,6 +98,8 @@ class RunConfig(BaseModel):
     devices: DevicesConfig | None = None
     """The accelerators the local models share; None: `--gpus`/`--gpu-memory`, else what nvidia-smi lists, else
     unbounded (one phase)."""
+    serve: dict[str, ServeModelConfig] = Field(default_factory=dict)
+    """Model spec -> how `harness serve` serves it (replicas, tensor_parallel_size, devices, runner, args)."""
 
 
 def backend_options(values: dict[str, Any], *, where: str):

@@ -450,6 +450,45 @@ def plan_(
     typer.echo("\n".join(show_plan(plan, options, served)))
 
 
+@app.command("serve")
+def serve_(
+    table: Annotated[str, typer.Argument(help="Table whose local models to serve (harness list tables).")],
+    endpoints: Annotated[Path, typer.Option("--endpoints", help="The endpoints file to write (for run|eval|"
+                                            "plan --endpoints); the servers' logs go to FILE.logs/.")],
+    preset: Annotated[Optional[str], typer.Option("--preset", help="paper (default) | cpu.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="The run's YAML (with serve:).")] = None,
+    gpus: GpusOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    dtype: DtypeOpt = None,
+    host: Annotated[str, typer.Option("--host", help="Address the servers listen on.")] = "127.0.0.1",
+    start_timeout: Annotated[float, typer.Option("--start-timeout", min=1, help="Seconds every server has to "
+                                                 "answer GET /v1/models.")] = 900.0,
+) -> None:
+    """Start the vLLM servers a run needs and write the endpoints file that run|eval|plan --endpoints read.
+
+    Every local model of the plan gets a vLLM OpenAI server per replica (replicas, tensor_parallel_size,
+    devices, runner and extra arguments from the config's serve:), each replica on GPUs of its own. Once every
+    server answers, the endpoints file is written; serve then stays in the foreground until Ctrl-C or SIGTERM,
+    which stop every server and remove the file. A reward model read with head=lm-token0 stays local (named on
+    the output). Exit code 0 after Ctrl-C or SIGTERM; 2 for bad input, too few GPUs or a server that failed to
+    start (its log's last lines are printed; every server is stopped).
+    """
+    from harness.commands.runner import Prepared, build_models
+    from harness.pool import BackendPool
+    from harness.serve import serve
+
+    plan, options, cfg, served = _table_plan(
+        table, config, {"table": table, "preset": preset},
+        judge={"judge": None, "base_url": None, "api_key_env": None}, bench_option=None,
+        skip_unavailable=False, devices={"gpus": gpus, "gpu_memory": gpu_memory},
+        backend={"dtype": dtype}, endpoints=None,
+    )
+    pool = BackendPool(options=options, endpoints=served)
+    ready = build_models(plan, pool, Prepared())
+    serve(pool, cfg.serve, evaluators=ready.evaluators.values(), devices=plan.devices, out=endpoints,
+          host=host, start_timeout=start_timeout)
+
+
 def _with_cli_judge(cfg, spec, *, judge: str | None, base_url: str | None, api_key_env: str | None):
     """The run config with --judge, --judge-base-url and --judge-api-key-env on top of its `judge:`."""
     from harness.config import JudgeConfig

@@ -1,0 +1,339 @@
+"""`harness serve`: the servers a run needs, started, waited for, written down and stopped, none left over.
+
+vLLM is not needed: the tests run the real CLI through a driver script that points `harness.serve.server_argv`
+at a stand-in server (written here) which takes vLLM's arguments, records them, its environment and its pid,
+starts a child process in its group (as vLLM starts engine workers) and answers `GET /v1/models` through
+`harness.loopback`. Extra arguments from the config's `serve:` steer it: `--gate FILE` (listen only once FILE
+exists) and `--fail-after N` (once N stand-ins have recorded themselves, print 40 lines and exit 3). Every
+wait is on a file or a process, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+STANDIN = '''
+import argparse, asyncio, json, os, subprocess, sys, time
+from pathlib import Path
+from harness.loopback import json_response, models_list, serve
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--port", type=int)
+parser.add_argument("--served-model-name")
+parser.add_argument("--gate")
+parser.add_argument("--fail-after", type=int)
+args, _ = parser.parse_known_args()
+records = Path(os.environ["STANDIN_DIR"])
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+record = {"pid": os.getpid(), "worker": worker.pid, "argv": sys.argv[1:], "served": args.served_model_name,
+          "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "port": args.port}
+(records / f"{args.port}.tmp").write_text(json.dumps(record))
+(records / f"{args.port}.tmp").rename(records / f"{args.port}.json")
+
+
+def wait(ready):
+    while not ready():
+        time.sleep(0.02)
+
+
+if args.fail_after:
+    wait(lambda: len(list(records.glob("*.json"))) >= args.fail_after)
+    for i in range(1, 41):
+        print(f"start-up line {i}")
+    print("ValueError: the stand-in cannot start", flush=True)
+    sys.exit(3)
+if args.gate:
+    wait(lambda: Path(args.gate).exists())
+
+
+async def handle(request):
+    if request.method == "GET" and request.path == "/v1/models":
+        return json_response(models_list(args.served_model_name))
+    return json_response({"error": {"message": "no route"}}, status=404)
+
+
+async def main():
+    await serve(handle, port=args.port)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+'''
+
+DRIVER = '''
+import sys
+from pathlib import Path
+
+import harness.serve as serve
+
+STANDIN = str(Path(__file__).with_name("standin.py"))
+serve.server_argv = lambda launch: [sys.executable, STANDIN, *serve.server_args(launch)]
+
+from harness.commands.cli import main
+
+main()
+'''
+
+
+def _checkpoint(path: Path, arch: str) -> str:
+    """A checkpoint folder as far as building a backend reads it: its config.json (nothing loads)."""
+    path.mkdir(parents=True)
+    config = {"architectures": [arch], "model_type": "llama", "num_labels": 1}
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> dict:
+    """The stand-in and driver scripts, four checkpoints, a records folder, and `harness serve`'s env."""
+    (tmp_path / "standin.py").write_text(STANDIN)
+    (tmp_path / "driver.py").write_text(DRIVER)
+    records = tmp_path / "records"
+    records.mkdir()
+    models = tmp_path / "models"
+    root = str(Path(__file__).resolve().parents[2])
+    # CUDA_VISIBLE_DEVICES empty: a CPU machine, on any machine.
+    env = {**os.environ, "STANDIN_DIR": str(records), "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    return {
+        "dir": tmp_path,
+        "records": records,
+        "env": env,
+        "gen": f"vllm:{_checkpoint(models / 'gen', 'LlamaForCausalLM')}",
+        "ver": f"vllm:{_checkpoint(models / 'ver', 'LlamaForCausalLM')}",
+        "rm": f"vllm:{_checkpoint(models / 'rm', 'LlamaForSequenceClassification')}",
+        "token0": f"hf:{_checkpoint(models / 'token0', 'LlamaForCausalLM')}",
+    }
+
+
+def _config(setup: dict, serve: dict, *, rows: tuple[str, ...] = ("dr", "rm", "token0")) -> Path:
+    every = {
+        "dr": ("Qwen3-8B zero-shot", f"dynamic-rubric:generator={setup['gen']},verifier={setup['ver']}"),
+        "rm": ("Skywork-27B", f"scalar-rm:model={setup['rm']}"),
+        "token0": ("Nemotron-70B", f"scalar-rm:model={setup['token0']},head=lm-token0"),
+    }
+    chosen = dict(every[r] for r in rows)
+    path = setup["dir"] / "run.yaml"
+    path.write_text(yaml.safe_dump({"rows": chosen, "only_rows": list(chosen), "serve": serve}))
+    return path
+
+
+def _serve(setup: dict, config: Path, *extra: str) -> tuple[subprocess.Popen, Path, Path, Path]:
+    """`harness serve table1` in the background: (process, endpoints file, stdout file, stderr file)."""
+    out = setup["dir"] / "endpoints.yaml"
+    stdout, stderr = setup["dir"] / "serve.out", setup["dir"] / "serve.err"
+    with stdout.open("w") as o, stderr.open("w") as e:
+        argv = [sys.executable, str(setup["dir"] / "driver.py"), "serve", "table1", "--config", str(config),
+                "--endpoints", str(out), *extra]
+        proc = subprocess.Popen(argv, stdout=o, stderr=e, env=setup["env"])
+    return proc, out, stdout, stderr
+
+
+def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen | None = None, err: Path | None = None,
+          timeout: float = 120) -> None:
+    """Wait for `ready()` (a file, a process state); fail at once should `proc` exit first."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"harness serve exited with {proc.returncode} while waiting for {what}:\n"
+                        f"{err.read_text() if err else ''}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _records(setup: dict) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(setup["records"].glob("*.json"))]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _assert_no_process_left(records: list[dict]) -> None:
+    """Every stand-in and its worker no longer exists (a worker's zombie is read by init within a moment)."""
+    pids = [r[k] for r in records for k in ("pid", "worker")]
+    _wait(f"processes {pids} to be gone", lambda: all(_gone(p) for p in pids), timeout=30)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_endpoints_appear_once_every_server_answers_and_a_signal_stops_them(setup: dict, stop) -> None:
+    from harness.backends.models import weights_fingerprint
+    from harness.endpoints import read_endpoints
+
+    gate = setup["dir"] / "gate"
+    config = _config(setup, {setup["ver"]: {"replicas": 2}, setup["gen"]: {"args": ["--gate", str(gate)]}})
+    proc, out, stdout, stderr = _serve(setup, config)
+    try:
+        # Three servers answer and are reported; the generator's waits for the gate: no endpoints file yet.
+        _wait("three servers to answer", lambda: stdout.read_text().count(" replica ") == 3, proc, stderr)
+        assert len(_records(setup)) == 4
+        assert not out.exists()
+        gate.touch()
+        _wait("the endpoints file", out.exists, proc, stderr)
+        data = yaml.safe_load(out.read_text())
+        assert stdout.read_text().count(" replica ") == 4
+        assert f"not served: {setup['token0']}" in stdout.read_text()  # read with head=lm-token0: stays local
+
+        assert set(data["models"]) == {setup["gen"], setup["ver"], setup["rm"]}
+        for spec in data["models"]:
+            entry = data["models"][spec]
+            assert entry["served"] == spec.removeprefix("vllm:")
+            weights = weights_fingerprint(spec.removeprefix("vllm:"))
+            assert entry["identity"] == {"weights": weights, "dtype": "auto"}
+        assert len(data["models"][setup["ver"]]["base_url"]) == 2
+        endpoints = read_endpoints(out)  # what `harness run --endpoints` reads
+        assert endpoints[setup["ver"]].urls == tuple(data["models"][setup["ver"]]["base_url"])
+
+        by_port = {r["port"]: r for r in _records(setup)}
+        assert sorted(s["port"] for s in data["servers"]) == sorted(by_port)
+        for server in data["servers"]:
+            record = by_port[server["port"]]
+            assert record["pid"] == server["pid"]
+            assert record["served"] == server["model"].removeprefix("vllm:")
+            pooling = "--runner" in record["argv"]
+            assert pooling == (server["model"] == setup["rm"])  # the classifier, on the pooling runner
+            assert record["argv"][record["argv"].index("--dtype") + 1] == "auto"
+            assert Path(server["log"]).parent == out.with_name("endpoints.yaml.logs")
+            assert server["devices"] == [] and record["cuda"] == ""
+
+        # A replica that dies while serving is reported; the others go on.
+        dead = next(s for s in data["servers"] if s["model"] == setup["ver"] and s["replica"] == 1)
+        os.kill(dead["pid"], signal.SIGKILL)
+        _wait("the exit to be reported", lambda: "exited with code" in stderr.read_text(), proc, stderr)
+        assert proc.poll() is None
+
+        proc.send_signal(stop)
+        assert proc.wait(timeout=60) == 0, stderr.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _assert_no_process_left(_records(setup))
+    assert not out.exists()
+    assert "stopped 4 servers" in stdout.read_text()
+
+
+def test_a_failed_start_prints_the_log_tail_exits_2_and_leaves_no_process(setup: dict) -> None:
+    config = _config(setup, {setup["ver"]: {"replicas": 2}, setup["gen"]: {"args": ["--fail-after", "4"]}})
+    proc, out, stdout, stderr = _serve(setup, config)
+    try:
+        assert proc.wait(timeout=120) == 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = stderr.read_text()
+    assert "ValueError: the stand-in cannot start" in err and "start-up line 40" in err
+    assert "start-up line 12\n" in err and "start-up line 11\n" not in err  # the last 30 lines
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and setup["gen"] in errors[0] and "exited with code 3" in errors[0]
+    assert len(_records(setup)) == 4  # every server had started; all are gone now
+    _assert_no_process_left(_records(setup))
+    assert not out.exists()
+
+
+def test_each_replica_gets_gpus_of_its_own_and_more_than_there_are_is_refused(setup: dict) -> None:
+    two = {"tensor_parallel_size": 2}
+    config = _config(setup, {setup["gen"]: two, setup["ver"]: two}, rows=("dr",))
+    proc, out, stdout, stderr = _serve(setup, config, "--gpus", "4", "--gpu-memory", "80")
+    try:
+        _wait("the endpoints file", out.exists, proc, stderr)
+        servers = {s["model"]: s for s in yaml.safe_load(out.read_text())["servers"]}
+        assert servers[setup["gen"]]["devices"] == [0, 1] and servers[setup["ver"]]["devices"] == [2, 3]
+        cuda = {r["served"]: r["cuda"] for r in _records(setup)}
+        assert cuda == {setup["gen"].removeprefix("vllm:"): "0,1", setup["ver"].removeprefix("vllm:"): "2,3"}
+        for record in _records(setup):
+            assert record["argv"][record["argv"].index("--tensor-parallel-size") + 1] == "2"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _assert_no_process_left(_records(setup))
+
+    for path in setup["records"].iterdir():
+        path.unlink()
+    proc, out, stdout, stderr = _serve(setup, config, "--gpus", "3", "--gpu-memory", "80")
+    assert proc.wait(timeout=120) == 2
+    assert "need 4 GPUs" in stderr.read_text() and "--gpus 3" in stderr.read_text()
+    assert _records(setup) == []  # refused before any server started
+
+
+def _model(spec: str, *, replicas: int = 1, tp: int = 1, devices: tuple[int, ...] | None = None):
+    from harness.serve import ServedModel
+
+    return ServedModel(spec, spec, "/ckpt", None, {}, "auto", "generate", replicas, tp, devices)
+
+
+def test_device_assignment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.errors import ConfigError
+    from harness.serve import assign_devices, cuda_visible
+
+    assert assign_devices([_model("a", tp=2), _model("b", tp=2)], 4) == {("a", 0): (0, 1), ("b", 0): (2, 3)}
+    assert assign_devices([_model("a", replicas=2), _model("b", tp=4)], 8) == {
+        ("a", 0): (0,), ("a", 1): (1,), ("b", 0): (2, 3, 4, 5)}
+    # Devices the config gives are kept out of the others' way.
+    assert assign_devices([_model("a", tp=2), _model("b", replicas=2, devices=(0, 3))], 4) == {
+        ("a", 0): (1, 2), ("b", 0): (0,), ("b", 1): (3,)}
+    assert assign_devices([_model("a", replicas=2)], None) == {("a", 0): (), ("a", 1): ()}
+    with pytest.raises(ConfigError, match=r"need 5 GPUs .*a: 1 x 2; b: 3 x 1.* 4 of --gpus 4 are free"):
+        assign_devices([_model("a", tp=2), _model("b", replicas=3)], 4)
+    with pytest.raises(ConfigError, match=r"serve.b.devices \[0, 4\]: .* from 0 to 3"):
+        assign_devices([_model("b", replicas=2, devices=(0, 4))], 4)
+    with pytest.raises(ConfigError, match="no GPUs"):
+        assign_devices([_model("b", devices=(0,))], None)
+
+    # Indices count the GPUs `serve` sees: its own CUDA_VISIBLE_DEVICES maps them.
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert cuda_visible((2, 3)) == "2,3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert cuda_visible((0, 1)) == "4,5" and cuda_visible((3,)) == "7"
+    with pytest.raises(ConfigError, match="shows 4 GPUs"):
+        cuda_visible((4,))
+
+
+def test_serve_settings_are_checked(setup: dict, tmp_path: Path) -> None:
+    from harness.commands.cli import _table_plan
+    from harness.commands.runner import Prepared, build_models
+    from harness.config import load_run_config
+    from harness.errors import ConfigError
+    from harness.pool import BackendPool
+    from harness.serve import models_to_serve
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"serve": {setup["gen"]: {"replica": 2}}}))
+    with pytest.raises(ConfigError, match=r"serve\..*replica: Extra inputs"):
+        load_run_config(bad, {})
+
+    def models(serve: dict):
+        plan, options, cfg, served = _table_plan(
+            "table1", _config(setup, serve), {"table": "table1"}, judge={"judge": None, "base_url": None,
+            "api_key_env": None}, bench_option=None, skip_unavailable=False, devices={"gpus": None,
+            "gpu_memory": None}, backend={}, endpoints=None)
+        pool = BackendPool(options=options, endpoints=served)
+        ready = build_models(plan, pool, Prepared())
+        return models_to_serve(pool, cfg.serve, evaluators=ready.evaluators.values(), devices=None)
+
+    served, notes = models({setup["rm"]: {"args": ["--max-model-len", "128"]}})
+    assert [(m.spec, m.runner, m.args[-2:]) for m in served if m.spec == setup["rm"]] == [
+        (setup["rm"], "pooling", ("--max-model-len", "128"))]
+    assert len(notes) == 1 and setup["token0"] in notes[0]
+    with pytest.raises(ConfigError, match="is read with head=lm-token0"):
+        models({setup["token0"]: {}})
+    with pytest.raises(ConfigError, match="is not local"):
+        models({"vllm:/nowhere": {}})
