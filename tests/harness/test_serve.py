@@ -15,12 +15,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from waits import wait_until
 
 STANDIN = '''
 import argparse, asyncio, json, os, subprocess, sys, time
@@ -138,19 +137,6 @@ def _serve(setup: dict, config: Path, *extra: str) -> tuple[subprocess.Popen, Pa
     return proc, out, stdout, stderr
 
 
-def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen | None = None, err: Path | None = None,
-          timeout: float = 120) -> None:
-    """Wait for `ready()` (a file, a process state); fail at once should `proc` exit first."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"harness serve exited with {proc.returncode} while waiting for {what}:\n"
-                        f"{err.read_text() if err else ''}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def _records(setup: dict) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(setup["records"].glob("*.json"))]
 
@@ -166,7 +152,7 @@ def _gone(pid: int) -> bool:
 def _assert_no_process_left(records: list[dict]) -> None:
     """Every stand-in and its worker no longer exists (a worker's zombie is read by init within a moment)."""
     pids = [r[k] for r in records for k in ("pid", "worker")]
-    _wait(f"processes {pids} to be gone", lambda: all(_gone(p) for p in pids), timeout=30)
+    wait_until(f"processes {pids} to be gone", lambda: all(_gone(p) for p in pids))
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
@@ -182,11 +168,11 @@ def test_endpoints_appear_once_every_server_answers_and_a_signal_stops_them(setu
     proc, out, stdout, stderr = _serve(setup, config)
     try:
         # Three servers answer and are reported; the generator's waits for the gate: no endpoints file yet.
-        _wait("three servers to answer", lambda: stdout.read_text().count(" replica ") == 3, proc, stderr)
+        wait_until("three servers to answer", lambda: stdout.read_text().count(" replica ") == 3, (proc, stderr))
         assert len(_records(setup)) == 4
         assert not out.exists()
         gate.touch()
-        _wait("the endpoints file", out.exists, proc, stderr)
+        wait_until("the endpoints file", out.exists, (proc, stderr))
         data = yaml.safe_load(out.read_text())
         assert stdout.read_text().count(" replica ") == 4
         assert f"not served: {setup['token0']}" in stdout.read_text()  # read with head=lm-token0: stays local
@@ -216,7 +202,7 @@ def test_endpoints_appear_once_every_server_answers_and_a_signal_stops_them(setu
         # A replica that dies while serving is reported; the others go on.
         dead = next(s for s in data["servers"] if s["model"] == setup["ver"] and s["replica"] == 1)
         os.kill(dead["pid"], signal.SIGKILL)
-        _wait("the exit to be reported", lambda: "exited with code" in stderr.read_text(), proc, stderr)
+        wait_until("the exit to be reported", lambda: "exited with code" in stderr.read_text(), (proc, stderr))
         assert proc.poll() is None
 
         proc.send_signal(stop)
@@ -252,7 +238,7 @@ def test_each_replica_gets_gpus_of_its_own_and_more_than_there_are_is_refused(se
     config = _config(setup, {setup["gen"]: two, setup["ver"]: two}, rows=("dr",))
     proc, out, stdout, stderr = _serve(setup, config, "--gpus", "4", "--gpu-memory", "80")
     try:
-        _wait("the endpoints file", out.exists, proc, stderr)
+        wait_until("the endpoints file", out.exists, (proc, stderr))
         servers = {s["model"]: s for s in yaml.safe_load(out.read_text())["servers"]}
         assert servers[setup["gen"]]["devices"] == [0, 1] and servers[setup["ver"]]["devices"] == [2, 3]
         cuda = {r["served"]: r["cuda"] for r in _records(setup)}

