@@ -194,3 +194,49 @@ def place(pool: Any, placed: Mapping[str, Mapping[str, Any]]) -> None:
     for key, options in placed.items():
         inner = pool.backend(key).backend
         inner.options = dataclasses.replace(inner.options, **options)
+
+
+ADAM_BYTES_PER_PARAM = 16
+"""What training holds per parameter with Adam in mixed precision: bf16 weights and gradients (2 + 2), fp32
+master weights and two moments (4 + 4 + 4); ZeRO-3 shards all of it over the processes."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingLoad:
+    """What one training process puts on its GPU."""
+
+    trained_gib: float
+    """The trained model's weights, gradients and optimizer state: its share under ZeRO-3."""
+    colocated_gib: float
+    """TRL's colocated vLLM engine (its `vllm_gpu_memory_utilization` of the device)."""
+    frozen_gib: dict[str, float]
+    """Frozen models loaded in the process (a served one costs none)."""
+    activations_gib: float
+
+    @property
+    def total_gib(self) -> float:
+        return self.trained_gib + self.colocated_gib + sum(self.frozen_gib.values()) + self.activations_gib
+
+
+def training_load(params: int, *, processes: int, colocated_share: float, frozen: Mapping[str, float],
+                  devices: Devices) -> TrainingLoad:
+    """The per-GPU load of a training job: `params` trained over `processes` ZeRO-3 ranks, TRL's colocated vLLM
+    taking `colocated_share` of the device (0 without), `frozen` model -> its GiB where it is loaded in-process."""
+    return TrainingLoad(params * ADAM_BYTES_PER_PARAM / processes / GIB, colocated_share * devices.gpu_memory_gib,
+                        dict(frozen), devices.kv_cache_gib)
+
+
+def check_training(load: TrainingLoad, devices: Devices) -> None:
+    """Refuse a training job whose per-GPU load exceeds a device, with the numbers and the ways out.
+
+    Raises:
+        ConfigError: naming each part of the load.
+    """
+    if load.total_gib <= devices.budget_gib:
+        return
+    parts = [f"trained model {load.trained_gib:.1f}", f"colocated vLLM {load.colocated_gib:.1f}",
+             f"activations {load.activations_gib:.1f}"] + [f"{k} {v:.1f}" for k, v in load.frozen_gib.items()]
+    raise ConfigError(f"training needs {load.total_gib:.1f} GiB per GPU ({', '.join(parts)}) over the "
+                      f"{devices.budget_gib:.1f} a device offers; ways out: serve the frozen models (models: or "
+                      "--endpoints), more processes (accelerate launch --num_processes: ZeRO-3 shards the trained "
+                      "model), a smaller grpo.vllm_gpu_memory_utilization")

@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.config import DevicesConfig
 from harness.errors import ConfigError
 from judges.verify import VerifyMode
 from training.data import FilterReport, GeneratorRules, NectarRow, PolicyRules, filter_rows
@@ -132,6 +133,9 @@ class TrainConfig(BaseModel):
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Model spec -> where it is served (`harness.endpoints`: base_url or replicas, served name, key variable,
     concurrency, identity): each frozen model on its own server."""
+    devices: DevicesConfig | None = None
+    """The GPUs each training process gets one of (`harness.plan`): the job is checked to fit one before anything
+    loads; None: what nvidia-smi lists (none on a CPU machine: not checked)."""
 
 
 def load_train_config(path: Path, *, output_dir: Path | None = None, data_dir: Path | None = None,

@@ -81,7 +81,7 @@ def job_settings(kind: Kind, config: TrainConfig, *, parents: Mapping[str, Mappi
     and the runtime knobs: the backend's options, whose output-changing choices are in the models' identities, and
     `GRPOSettings.RUNTIME`), the identities of its parents and the data's fingerprint."""
     values = config.model_dump(mode="json", exclude={
-        "output_dir": True, "backend": True, "models": True, "data": {"data_dir": True},
+        "output_dir": True, "backend": True, "models": True, "devices": True, "data": {"data_dir": True},
         "grpo": {name: True for name in GRPOSettings.RUNTIME}})
     identities = {role: parent["identity"] for role, parent in parents.items()}
     return {"kind": kind, **values, "parents": identities, "data_source": data}
@@ -101,10 +101,10 @@ def prepare(kind: Kind, config: TrainConfig, *, known: Mapping[str, dict[str, An
     """
     from benchmarks.nectar import local_file
     from harness.config import backend_options
+    from harness.endpoints import parse_endpoints
+    from harness.plan import check_training, resolve_devices
     from training.data import source_fingerprint
     from training.grpo import grpo_config, model_path
-
-    from harness.endpoints import parse_endpoints
 
     parent_specs = roles(kind, config)
     options = backend_options(config.backend, where="backend")
@@ -116,8 +116,41 @@ def prepare(kind: Kind, config: TrainConfig, *, known: Mapping[str, dict[str, An
     parents = {role: {"spec": spec, "identity": known[spec] if spec in known else identify(spec, options, endpoints)}
                for role, spec in parent_specs.items()}
     settings = job_settings(kind, config, parents=parents, data=source_fingerprint(nectar))
+    devices = resolve_devices(config.devices, gpus=None, gpu_memory=None)
+    if devices is not None:  # a GPU machine: the job must fit one before anything loads
+        check_training(load(kind, config, options, endpoints, devices), devices)
     return Job(kind, config, options, endpoints, nectar, parents, settings,
                checkpoint.check(config.output_dir, settings))
+
+
+def load(kind: Kind, config: TrainConfig, options: Any, endpoints: Mapping[str, Any], devices: Any,
+         *, processes: int | None = None) -> Any:
+    """What one training process puts on its GPU (`harness.plan.training_load`): the trained model's ZeRO-3 share
+    over `processes` (default: the launch's `WORLD_SIZE`), TRL's colocated vLLM, and each frozen model this
+    process loads (a served one costs none).
+
+    Raises:
+        ConfigError: a model whose config cannot be read or counted.
+    """
+    import os
+
+    from harness.backends import load_backend
+    from harness.plan import training_load
+    from harness.weights import model_size, read_config
+    from training.grpo import backend_spec, model_path
+
+    trained = model_size(read_config(model_path(config.model))).params.total
+    frozen = {}
+    for role, spec in roles(kind, config).items():
+        if role in ("model", "policy") or spec in endpoints or spec.startswith("openai:"):
+            continue  # the trained model is counted apart; the set sampler is closed before training starts
+        source = load_backend(backend_spec(spec), options).source
+        frozen[f"{role} {spec}"] = model_size(read_config(source.path, revision=source.revision),
+                                              dtype=options.dtype).gib + devices.kv_cache_gib
+    grpo = config.grpo
+    colocated = grpo.vllm_gpu_memory_utilization if grpo.use_vllm and grpo.vllm_mode == "colocate" else 0.0
+    ranks = processes or int(os.environ.get("WORLD_SIZE", "1"))
+    return training_load(trained, processes=ranks, colocated_share=colocated, frozen=frozen, devices=devices)
 
 
 def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:

@@ -423,9 +423,15 @@ def _table_plan(table: str, config: Path | None, overrides: dict, *, judge: dict
 
 @app.command("plan")
 def plan_(
-    table: Annotated[str, typer.Argument(help="Table to plan (harness list tables).")],
+    table: Annotated[Optional[str], typer.Argument(help="Table to plan (harness list tables); or --train.")] = None,
     preset: Annotated[Optional[str], typer.Option("--preset", help="paper (default) | cpu.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="The run's YAML settings.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="The run's (or training job's) YAML.")] = None,
+    train: Annotated[
+        Optional[str], typer.Option("--train", help="Plan a training job instead: generator | policy (--config).")
+    ] = None,
+    processes: Annotated[
+        Optional[int], typer.Option("--processes", min=1, help="--train: training processes (default: --gpus).")
+    ] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="First N items per benchmark.")] = None,
     seeds: Annotated[Optional[int], typer.Option("--seeds", min=1, help="Repeats per item.")] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Upstream benchmark files.")] = None,
@@ -437,11 +443,22 @@ def plan_(
     """Plan a run before any model loads: each row's models; each local model's weight memory (from its
     config.json: parameters x dtype bytes, an MoE model counted whole) and the devices it spans; the phases the
     run goes through, what is resident in each and each vLLM engine's share of a device; the requests and tokens
-    to expect per model. Exit code 2 when the models cannot fit the devices, with the numbers and the ways out
-    (`harness run` makes the same check before its first model call).
+    to expect per model. With --train generator|policy --config FILE: what one training process puts on its GPU
+    (the trained model's ZeRO-3 share of weights, gradients and Adam state, TRL's colocated vLLM, the frozen
+    models it loads). Exit code 2 when the models cannot fit the devices, with the numbers and the ways out
+    (`harness run` and `harness train` make the same check before their first model call).
     """
-    from harness.commands.plan import show_plan
+    if train is not None:
+        from harness.commands.plan import show_train_plan
 
+        typer.echo("\n".join(show_train_plan(train, config, gpus=gpus, gpu_memory=gpu_memory, processes=processes,
+                                               endpoints=endpoints)))
+        return
+    from harness.commands.plan import show_plan
+    from harness.errors import ConfigError
+
+    if table is None:
+        raise ConfigError("harness plan: name a table (harness list tables), or --train generator|policy --config")
     plan, options, _, served = _table_plan(
         table, config, {"table": table, "preset": preset, "limit": limit, "seeds": seeds, "data_dir": data_dir},
         judge={"judge": None, "base_url": None, "api_key_env": None}, bench_option=None, skip_unavailable=True,

@@ -189,3 +189,42 @@ def show_plan(plan: Any, options: Any, endpoints: Mapping[str, Any] | None = Non
         shown = "; ".join(f"{m.key} {m.weights_gib:.1f} GiB over {m.devices} device(s)" for m in sizes.values())
         raise ConfigError(f"the plan does not fit: {exc} (local models: {shown})") from None
     return render(plan, ready, scheduled, pool, traffic(plan, ready, pool), unavailable)
+
+
+def show_train_plan(kind: str, config_path: Any, *, gpus: int | None, gpu_memory: float | None,
+                    processes: int | None, endpoints: Any) -> list[str]:
+    """What one process of a training job puts on its GPU, and whether it fits (the check `train` makes).
+
+    Raises:
+        ConfigError: a bad kind or config, no devices, or a job that does not fit (with the numbers).
+    """
+    from harness.config import backend_options, read_yaml_mapping
+    from harness.endpoints import parse_endpoints
+    from harness.errors import ConfigError
+    from harness.plan import check_training, resolve_devices
+    from training.grpo import load_train_config
+    from training.job import load
+
+    if kind not in ("generator", "policy") or config_path is None:
+        raise ConfigError("harness plan --train: generator or policy, with --config FILE (a training config)")
+    config = load_train_config(config_path)
+    models = {**config.models, **((read_yaml_mapping(endpoints, what="endpoints file").get("models") or {})
+                                  if endpoints is not None else {})}
+    devices = resolve_devices(config.devices, gpus=gpus, gpu_memory=gpu_memory)
+    if devices is None:
+        raise ConfigError("harness plan --train: give --gpus and --gpu-memory (no GPU is visible here)")
+    options = backend_options(config.backend, where=str(config_path))
+    found = load(kind, config, options, parse_endpoints(models, where=str(config_path)), devices,  # type: ignore
+                 processes=processes or devices.gpus)
+    lines = [f"plan: train {kind} ({config_path}) on {processes or devices.gpus} processes, one GPU each of "
+             f"{devices.gpu_memory_gib:g} GiB (engines may take {devices.budget_gib:.1f})",
+             f"  trained model {config.model}: {found.trained_gib:.1f} GiB per GPU (ZeRO-3 share of bf16 weights "
+             "and gradients, fp32 Adam state: 16 bytes a parameter)",
+             f"  TRL's colocated vLLM: {found.colocated_gib:.1f} GiB", f"  activations: {found.activations_gib:.1f} GiB"]
+    lines += [f"  frozen {name}: {gib:.1f} GiB (loaded in every process: serve it to free this)"
+              for name, gib in found.frozen_gib.items()]
+    served = [spec for spec in models] + ([config.verifier] if config.verifier.startswith("openai:") else [])
+    lines += [f"  served: {spec}" for spec in served]
+    check_training(found, devices)
+    lines.append(f"fits: {found.total_gib:.1f} of {devices.budget_gib:.1f} GiB per GPU")
+    return lines

@@ -71,3 +71,23 @@ def test_the_same_plan_on_one_gpu_is_refused_with_the_numbers_and_the_ways_out(t
                   env=node)
     assert run.returncode == 2 and "exceed the budget of 73.6 per device" in run.stderr, run.stderr
     assert not (tmp_path / "run" / "records.jsonl").exists()
+
+
+def test_a_training_job_is_planned_per_gpu_and_refused_when_it_cannot_fit(tmp_path: Path, node: dict[str, str]):
+    configs = Path(__file__).resolve().parents[2] / "training" / "configs"
+    fits = harness("plan", "--train", "generator", "--config", str(configs / "generator-8b.yaml"), "--gpus", "6",
+                   "--gpu-memory", "80", cwd=tmp_path, env=node)
+    assert fits.returncode == 0, fits.stderr
+    trained = 8.19e9 * 16 / 6 / 2**30  # Qwen3-8B: weights, gradients and Adam state, ZeRO-3 over 6 processes
+    assert f"trained model Qwen/Qwen3-8B: {trained:.1f} GiB per GPU" in fits.stdout
+    assert "TRL's colocated vLLM: 24.0 GiB" in fits.stdout  # vllm_gpu_memory_utilization 0.3 of 80 GiB
+    assert "served: vllm:Qwen/Qwen3-30B-A3B" in fits.stdout and "fits: 48.3 of 73.6 GiB per GPU" in fits.stdout
+    # The verifier loaded in every process instead of served: counted, and the job no longer fits.
+    local = tmp_path / "local-verifier.yaml"
+    text = (configs / "generator-8b.yaml").read_text()
+    local.write_text(text[: text.index("models:")])
+    refused = harness("plan", "--train", "generator", "--config", str(local), "--gpus", "6", "--gpu-memory", "80",
+                      cwd=tmp_path, env=node)
+    assert refused.returncode == 2
+    assert "verifier vllm:Qwen/Qwen3-30B-A3B 60.9" in refused.stderr and "ways out: serve the frozen models" \
+        in refused.stderr
