@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from harness.errors import Failure
+from harness.errors import ConfigError, Failure, FailureCategory
 
 Role = Literal["system", "user", "assistant"]
 
@@ -397,7 +397,7 @@ class Backend(Protocol):
 
     Call sites use exactly these members: `kind`, `model`, `identity()`, `generate(...)`,
     `next_token_logprobs(...)`, `loglikelihood(...)`, `score(...)`, `check_score(...)`, `capabilities()`,
-    `probe()` and `close()`.
+    `preflight()`, `probe()` and `close()`. Implementations subclass `BaseBackend`, which states the defaults.
     """
 
     kind: str
@@ -446,6 +446,15 @@ class Backend(Protocol):
         this grows during a run; the run's manifest records it."""
         ...
 
+    def preflight(self) -> None:
+        """Check, before the first call, what this machine or environment must provide (vLLM installed, a key
+        variable the user named set); building a backend checks none of it, so a plan needs neither.
+
+        Raises:
+            HarnessError: saying what is missing.
+        """
+        ...
+
     async def probe(self) -> None:
         """Fail fast, before a run starts, when the backend cannot work at all.
 
@@ -457,6 +466,57 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Release connections, engines and memory."""
         ...
+
+
+class BaseBackend:
+    """The defaults every backend shares, each stated once: a backend (or a test stub) subclasses this and
+    implements `generate`, then whatever else its model can do. What it inherits says what it cannot: no token
+    logprobs, no loglikelihoods (each request an `unsupported` failure), no reward-model scoring (refused before
+    any call), nothing to probe, check or close, and its identity is its kind and model."""
+
+    kind: str = "base"
+    model: str = ""
+
+    def identity(self) -> dict[str, str]:
+        return {"kind": self.kind, "model": self.model}
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        raise NotImplementedError(f"{type(self).__name__} generates nothing")
+
+    async def next_token_logprobs(
+        self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
+    ) -> list[LogprobResult]:
+        failure = Failure(FailureCategory.UNSUPPORTED, f"{self.kind}:{self.model} returns no token logprobs")
+        return [LogprobResult({}, error=failure) for _ in requests]
+
+    async def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+        failure = Failure(FailureCategory.UNSUPPORTED, f"{self.kind}:{self.model} computes no loglikelihoods")
+        return [LoglikelihoodResult(None, error=failure) for _ in requests]
+
+    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        """Refused (see `check_score`).
+
+        Raises:
+            ConfigError: always.
+        """
+        self.check_score(requests[0].head if requests else "classifier")
+        return []
+
+    def check_score(self, head: ScoreHead) -> None:
+        """Raises ConfigError: this backend scores with no reward model."""
+        raise ConfigError(f"{self.kind}:{self.model} cannot score with a reward model (head={head})")
+
+    def capabilities(self) -> dict[str, str]:
+        return {}
+
+    def preflight(self) -> None:
+        """Nothing to check before the first call."""
+
+    async def probe(self) -> None:
+        """Nothing to probe."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
 
 
 @dataclass(frozen=True, slots=True)

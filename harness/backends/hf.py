@@ -58,6 +58,7 @@ from typing import Any, TypeVar
 
 from harness.backends.base import (
     BackendOptions,
+    BaseBackend,
     Completion,
     Constraint,
     GenerateRequest,
@@ -108,7 +109,7 @@ T = TypeVar("T")
 
 
 @register("backend", "hf")
-class HFBackend:
+class HFBackend(BaseBackend):
     """A transformers model in this process: CPU or GPU, batched; hub ids, local folders, .gguf files.
 
     Implements the `Backend` protocol as the module docstring describes.

@@ -89,6 +89,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from harness.backends.base import (
     BackendOptions,
+    BaseBackend,
     Completion,
     Constraint,
     GenerateRequest,
@@ -193,7 +194,7 @@ class _Fault:
 
 
 @register("backend", "openai")
-class OpenAIBackend(ServedRoles):
+class OpenAIBackend(ServedRoles, BaseBackend):
     """An OpenAI-compatible server behind the `Backend` protocol.
 
     Args:

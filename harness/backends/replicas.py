@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.backends.base import (
+    BaseBackend,
     Completion,
     GenerateRequest,
     LoglikelihoodRequest,
@@ -42,7 +43,7 @@ ELSEWHERE = frozenset({FailureCategory.CONNECTION, FailureCategory.TIMEOUT, Fail
 """Failures another replica may not have: the request moves on."""
 
 
-class ReplicaBackend:
+class ReplicaBackend(BaseBackend):
     """Several `openai` backends of one model, one per server, behind the `Backend` protocol.
 
     Args:

@@ -56,6 +56,7 @@ from typing import Any
 
 from harness.backends.base import (
     BackendOptions,
+    BaseBackend,
     Completion,
     Constraint,
     GenerateRequest,
@@ -106,7 +107,7 @@ def engine_max_logprobs(options: BackendOptions) -> int:
 
 
 @register("backend", "vllm")
-class VLLMBackend:
+class VLLMBackend(BaseBackend):
     """vLLM's offline engine in this process: prefix caching, merged batches, tensor/data parallelism.
 
     Implements the `Backend` protocol as the module docstring describes.

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Sequence
 
 from harness.backends.base import (
+    BaseBackend,
     Completion,
     GenerateRequest,
     LogprobRequest,
@@ -18,7 +19,7 @@ from harness.backends.base import (
 from harness.errors import Failure, FailureCategory
 
 
-class ScriptedBackend:
+class ScriptedBackend(BaseBackend):
     """Answers `echo:<last user message>#<sample seed>`; fails requests whose text contains `fail_marker`.
 
     Next-token logprobs are a hash of each context's last message (one dict per branch for a branched request);
@@ -33,18 +34,6 @@ class ScriptedBackend:
         self.requests: list[GenerateRequest] = []
         self.logprob_requests: list[LogprobRequest] = []
         self.score_requests: list[ScoreRequest] = []
-
-    def identity(self) -> dict[str, str]:
-        return {"kind": self.kind, "model": self.model}
-
-    def capabilities(self) -> dict[str, str]:
-        return {}
-
-    async def probe(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         out = []

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from harness.backends.base import (
+    BaseBackend,
     Completion,
     GenerateRequest,
     LogprobRequest,
@@ -40,7 +41,7 @@ def _between(text: str, start: str, end: str) -> str:
     return text.split(start, 1)[1].split(end, 1)[0]
 
 
-class FakeJudge:
+class FakeJudge(BaseBackend):
     """A backend that plays both DR-Generator and DR-Verifier. See the module docstring."""
 
     kind = "fake"
@@ -66,18 +67,6 @@ class FakeJudge:
     @property
     def requests(self) -> list[GenerateRequest]:
         return [r for batch in self.batches for r in batch]
-
-    def identity(self) -> dict[str, str]:
-        return {"kind": self.kind, "model": self.model}
-
-    def capabilities(self) -> dict[str, str]:
-        return {}
-
-    async def probe(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
     async def next_token_logprobs(self, requests, candidates) -> list[LogprobResult]:
         self.logprob_batches.append(list(requests))

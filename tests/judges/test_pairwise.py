@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends.base import Completion, GenerateRequest, Usage
+from harness.backends.base import BaseBackend, Completion, GenerateRequest, Usage
 from harness.cache import CallCache
 from harness.errors import ConfigError, Failure, FailureCategory
 from harness.pool import BackendPool
@@ -28,7 +28,7 @@ from judges.pairwise import COMPLAINT, Verdict, VerdictParseError, judge_prompt,
 _SHOWN = re.compile(r"<response_a>\n(.*?)\n</response_a>\n\n<response_b>\n(.*?)\n</response_b>", re.DOTALL)
 
 
-class FakeJudge:
+class FakeJudge(BaseBackend):
     """Answers judge prompts from a script keyed on (text shown as A, text shown as B)."""
 
     kind = "fake-judge"
@@ -39,18 +39,6 @@ class FakeJudge:
         self.ranking: list[str] = []
         """Texts best first: the default judge prefers the better-ranked one."""
         self.batches: list[list[GenerateRequest]] = []
-
-    def identity(self) -> dict[str, str]:
-        return {"kind": self.kind, "model": self.model}
-
-    def capabilities(self) -> dict[str, str]:
-        return {}
-
-    async def probe(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
     def _answer(self, request: GenerateRequest) -> str | Failure:
         shown = _SHOWN.search(request.messages[0].content)
