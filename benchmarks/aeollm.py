@@ -55,7 +55,6 @@ from benchmarks import base, scoring
 from benchmarks.base import ListwiseItem
 from harness.errors import ConfigError
 from harness.jsonl import read_text
-from harness.registry import register
 
 HUB_ID = "THUIR/AEOLLM"
 HUB_SPLIT = "train"
@@ -226,4 +225,4 @@ class AEOLLM:
         return _items(rows, limit=limit)
 
 
-AEOLLM_BENCHMARK = register("benchmark", "aeollm")(AEOLLM())
+AEOLLM_BENCHMARK = AEOLLM()

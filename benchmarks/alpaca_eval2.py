@@ -23,7 +23,7 @@ Items: messages = one user turn holding the instruction. `meta`: `index` (positi
 `reference` (the reference `output`), `reference_generator`, `dataset`. Checked: 805 records when not limited,
 every instruction a non-empty string and unique (the join key), the other fields strings.
 
-Official scoring (in `judges/alpaca.py`, by the `alpaca-eval` package's own functions): the judge
+Official scoring (in `benchmarks/alpaca_eval2_score.py`, by the `alpaca-eval` package's own functions): the judge
 `weighted_alpaca_eval_gpt4_turbo` compares the reference (`output_1`) with the policy's answer (`output_2`);
 `preference` in [1, 2] from the judge's logprobs; win rate = 100 * mean(preference - 1); the headline is the
 length-controlled win rate (its GLM).
@@ -39,12 +39,12 @@ from typing import Any, Literal
 import numpy as np
 
 from benchmarks import base
+from benchmarks.alpaca_eval2_score import alpaca_metrics, length_controlled
 from benchmarks.base import PolicyItem
 from benchmarks.scoring import Aggregate, Metric, Unavailable
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_json
-from harness.registry import register
 
 HUB_ID = "tatsu-lab/alpaca_eval"
 HUB_FILE = "alpaca_eval_gpt4_baseline.json"
@@ -145,7 +145,7 @@ def _discrete(record: Any) -> float:
 
 
 def annotations(records: Any) -> list[dict[str, Any]]:
-    """alpaca_eval annotation rows of the judged records, in dataset order (`judges.alpaca` reads them)."""
+    """alpaca_eval annotation rows of the judged records, in dataset order (`alpaca_metrics` reads them)."""
     rows = []
     for r in sorted(records, key=lambda r: int(r.meta["index"])):
         if _judged(r):
@@ -157,8 +157,6 @@ def annotations(records: Any) -> list[dict[str, Any]]:
 
 def _leaderboard(records: Any) -> dict[str, Any]:
     """alpaca_eval's `get_winrate` numbers (standard error, wins, draws) and `avg_length`."""
-    from judges.alpaca import alpaca_metrics
-
     rows = annotations(records)
     try:
         return alpaca_metrics(rows) if rows else {}
@@ -167,8 +165,6 @@ def _leaderboard(records: Any) -> dict[str, Any]:
 
 
 def _length_controlled(records: Any) -> Aggregate:
-    from judges.alpaca import length_controlled
-
     indices = {int(r.meta["index"]) for r in records}
     if len(records) != N_INSTRUCTIONS or indices != set(range(N_INSTRUCTIONS)):
         raise Unavailable(f"the length-controlled win rate needs all {N_INSTRUCTIONS} instructions judged; "
@@ -218,6 +214,11 @@ class AlpacaEval2:
     metrics = (LC_WIN_RATE, WIN_RATE, DISCRETE_WIN_RATE)
     kind: Literal["policy"] = "policy"
 
+    def record_fields(self, item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+        """What every record of `item` carries, judged or not (`judges.policy`): the meta the metrics group by
+        and the trace fields they read beside the scores."""
+        return {"index": str(item.meta["index"]), "dataset": str(item.meta.get("dataset", ""))}, {}
+
     def load(
         self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0
     ) -> list[PolicyItem]:
@@ -226,4 +227,4 @@ class AlpacaEval2:
         return _items(rows, source=source, limit=limit)
 
 
-ALPACA_EVAL2 = register("benchmark", "alpaca_eval2")(AlpacaEval2())
+ALPACA_EVAL2 = AlpacaEval2()

@@ -33,7 +33,7 @@ naming it; `missing_baseline="skip"` leaves such questions out instead, logs a w
 `load_arena_hard` returns the skipped uids per baseline. (Missing upstream-side: the shared snapshot lacks
 `gemini-2.0-flash-001.jsonl`, so offline only the 500 `hard_prompt` questions have baselines.)
 
-Official scoring (in `judges/arena_hard.py`): two games per question, the baseline as A then as B; labels
+Official scoring (in `benchmarks/arena_hard_score.py`): two games per question, the baseline as A then as B; labels
 `[[A>>B]]` .. `[[B>>A]]`, a strong one counting 3 times; per category, 100 bootstrap resamples of the battles
 give the score and a 90% interval (optionally Bradley-Terry with style control).
 """
@@ -49,12 +49,12 @@ from typing import Any, Literal
 import numpy as np
 
 from benchmarks import base
+from benchmarks.arena_hard_score import STRONG_WEIGHT, ArenaGame, arena_hard_score
 from benchmarks.base import PolicyItem
 from benchmarks.scoring import Aggregate, Metric
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_json, read_jsonl
-from harness.registry import register
 
 log = logging.getLogger(__name__)
 
@@ -269,9 +269,6 @@ def load_arena_hard(
 # --- metrics over judged records (`judges.policy`: scores = the policy's points in game 1 and game 2,
 # trace["judgment"]["games"] the two games with their verdict labels) ---
 
-_STRONG = 3  # `judges.arena_hard.STRONG_WEIGHT`: battles a strong label counts for
-
-
 def _games(record: Any) -> list[dict[str, Any]]:
     return list((record.trace.get("judgment") or {}).get("games") or ())
 
@@ -283,14 +280,12 @@ def _battles(record: Any) -> list[float]:
         return []
     out: list[float] = []
     for game, points in zip(games, record.scores):
-        out += [points] * (_STRONG if ">>" in game["verdict"] or "<<" in game["verdict"] else 1)
+        out += [points] * (STRONG_WEIGHT if ">>" in game["verdict"] or "<<" in game["verdict"] else 1)
     return out
 
 
 def _category_score(category: str):
     def aggregate(records: Any) -> Aggregate:
-        from judges.arena_hard import ArenaGame, arena_hard_score
-
         games = [ArenaGame(**g) for r in records for g in _games(r)]
         found = arena_hard_score(games, seed=0).category(category)
         return Aggregate(found.score, (found.lower, found.upper), found.to_json())
@@ -327,6 +322,11 @@ class ArenaHardV2:
     metrics = (HARD_PROMPT, CREATIVE_WRITING)
     kind: Literal["policy"] = "policy"
 
+    def record_fields(self, item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+        """What every record of `item` carries, judged or not (`judges.policy`): the meta the metrics group by
+        and the trace fields they read beside the scores."""
+        return {"uid": str(item.meta["uid"]), "category": str(item.meta["category"])}, {}
+
     def load(
         self,
         *,
@@ -343,4 +343,4 @@ class ArenaHardV2:
         return list(load_arena_hard(data_dir=data_dir, limit=limit, missing_baseline=missing_baseline).items)
 
 
-ARENA_HARD_V2 = register("benchmark", "arena_hard_v2")(ArenaHardV2())
+ARENA_HARD_V2 = ArenaHardV2()

@@ -41,7 +41,6 @@ from benchmarks.scoring import checked_accuracy, checked_right
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
-from harness.registry import register
 
 HUB_ID = "WeixiangYan/CodeScope"
 FOLDER = "codescope"
@@ -177,6 +176,11 @@ class CodeScope:
     metrics = (ACCURACY,)
     kind: Literal["policy"] = "policy"
 
+    def record_fields(self, item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+        """What every record of `item` carries, judged or not (`judges.policy`): the meta the metrics group by
+        and the trace fields they read beside the scores."""
+        return {"task": str(item.meta["task"]), "lang_cluster": str(item.meta.get("lang_cluster", ""))}, {}
+
     def load(self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0,
              tasks: str = "auto") -> list[PolicyItem]:
         """Each task's records in file order, tasks in `TASKS` order; `limit` keeps the first N of each task;
@@ -202,4 +206,4 @@ class CodeScope:
         return items
 
 
-CODESCOPE = register("benchmark", "codescope")(CodeScope())
+CODESCOPE = CodeScope()

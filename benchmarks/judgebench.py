@@ -43,7 +43,6 @@ from benchmarks import base, scoring
 from benchmarks.base import PairwiseItem
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
-from harness.registry import register
 
 HUB_ID = "ScalerLab/JudgeBench"
 FOLDER = "judgebench"
@@ -134,5 +133,5 @@ class JudgeBench:
         return _items(((f"{HUB_ID}[{self.split}] row {i}", row) for i, row in enumerate(rows)), limit)
 
 
-JUDGEBENCH = register("benchmark", "judgebench")(JudgeBench("gpt", name="judgebench"))
-JUDGEBENCH_CLAUDE = register("benchmark", "judgebench_claude")(JudgeBench("claude", name="judgebench_claude"))
+JUDGEBENCH = JudgeBench("gpt", name="judgebench")
+JUDGEBENCH_CLAUDE = JudgeBench("claude", name="judgebench_claude")

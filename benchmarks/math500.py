@@ -31,7 +31,6 @@ from benchmarks.scoring import checked_accuracy
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
-from harness.registry import register
 
 HUB_ID = "HuggingFaceH4/MATH-500"
 HUB_SPLIT = "test"
@@ -97,10 +96,15 @@ class Math500:
     metrics = (ACCURACY,)
     kind: Literal["policy"] = "policy"
 
+    def record_fields(self, item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+        """What every record of `item` carries, judged or not (`judges.policy`): the meta the metrics group by
+        and the trace fields they read beside the scores."""
+        return {"subject": str(item.meta.get("subject", "")), "level": str(item.meta.get("level", ""))}, {}
+
     def load(self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0) -> list[PolicyItem]:
         """The problems in the upstream order; `limit` keeps the first N; `seed` is unused."""
         rows = _local_rows(Path(data_dir)) if data_dir is not None else _hub_rows()
         return _items(rows, limit=limit)
 
 
-MATH500 = register("benchmark", "math500")(Math500())
+MATH500 = Math500()

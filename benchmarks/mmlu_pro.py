@@ -35,7 +35,6 @@ from benchmarks.scoring import checked_accuracy, checked_right
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
-from harness.registry import register
 
 HUB_ID = "TIGER-Lab/MMLU-Pro"
 FOLDER = "mmlu_pro"
@@ -135,6 +134,11 @@ class MMLUPro:
     kind: Literal["policy"] = "policy"
     stop = STOP
 
+    def record_fields(self, item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+        """What every record of `item` carries, judged or not (`judges.policy`): the meta the metrics group by
+        and the trace fields they read beside the scores."""
+        return {"category": str(item.meta.get("category", ""))}, {}
+
     def load(self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0,
              shots: int = 5) -> list[PolicyItem]:
         """The test questions in file order; `limit` keeps the first N; `shots` validation examples per prompt
@@ -165,4 +169,4 @@ class MMLUPro:
         return to_items(test, validation, shots=shots, instruction=instruction, limit=limit)
 
 
-MMLU_PRO = register("benchmark", "mmlu_pro")(MMLUPro())
+MMLU_PRO = MMLUPro()

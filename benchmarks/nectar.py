@@ -57,7 +57,6 @@ from benchmarks import base, scoring
 from benchmarks.base import ListwiseItem
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
-from harness.registry import register
 
 HUB_ID = "berkeley-nest/Nectar"
 HUB_SPLIT = "train"
@@ -246,4 +245,4 @@ def nectar_anchors(*, data_dir: Path | None = None, limit: int | None = None) ->
     return (to_anchor(row, index, where) for index, where, row in islice(_rows(data_dir, lmsys=False), limit))
 
 
-NECTAR_LMSYS = register("benchmark", "nectar_lmsys")(NectarLMSYS())
+NECTAR_LMSYS = NectarLMSYS()

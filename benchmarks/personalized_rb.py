@@ -57,7 +57,6 @@ from benchmarks import base, scoring
 from benchmarks.base import PairwiseItem, randomise_pair
 from harness.errors import ConfigError
 from harness.jsonl import read_json, read_jsonl, read_text
-from harness.registry import register
 
 HUB_ID = "QiyaoMa/Personalized-RewardBench"
 HUB_SPLIT = "test"
@@ -213,4 +212,4 @@ class PersonalizedRewardBench:
         return _items(rows, limit=limit, seed=seed)
 
 
-PERSONALIZED_RB = register("benchmark", "personalized_rb")(PersonalizedRewardBench())
+PERSONALIZED_RB = PersonalizedRewardBench()

@@ -56,7 +56,6 @@ from benchmarks.base import PairwiseItem, randomise_pair
 from harness.records import EvalRecord
 from harness.errors import ConfigError
 from harness.jsonl import read_json
-from harness.registry import register
 
 HUB_ID = "THU-KEG/RM-Bench"
 HUB_SPLIT = "train"
@@ -220,4 +219,4 @@ class RMBench:
         return _items(_hub_rows(base.load_hub(HUB_ID, split=HUB_SPLIT)), limit=limit, seed=seed)
 
 
-RM_BENCH = register("benchmark", "rm_bench")(RMBench())
+RM_BENCH = RMBench()

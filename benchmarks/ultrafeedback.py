@@ -34,7 +34,6 @@ from benchmarks import base, scoring
 from benchmarks.base import PairwiseItem, randomise_pair
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
-from harness.registry import register
 
 HUB_ID = "HuggingFaceH4/ultrafeedback_binarized"
 HUB_SPLIT = "test_prefs"
@@ -111,4 +110,4 @@ class UltraFeedback:
         )
 
 
-ULTRAFEEDBACK = register("benchmark", "ultrafeedback")(UltraFeedback())
+ULTRAFEEDBACK = UltraFeedback()

@@ -32,7 +32,7 @@ per earlier turn ("" for a single-turn task) and `user_query` = the last turn's 
 judge applies upstream's `shorten` to its word limit). The GPT-4 `references` are not kept (WB-Reward compares
 against other models' outputs, not them).
 
-Official scoring (`judges/wildbench.py`): WB-Score, the checklist judge's 1-10 score per task, `(mean - 5) * 2`,
+Official scoring (`benchmarks/wildbench_score.py`): WB-Score, the checklist judge's 1-10 score per task, `(mean - 5) * 2`,
 plus the weighted task-macro over five task groups.
 """
 
@@ -48,26 +48,10 @@ import numpy as np
 from benchmarks import base, metrics
 from benchmarks.base import PolicyItem
 from benchmarks.scoring import Aggregate, Metric
+from benchmarks.wildbench_score import GROUP_WEIGHTS, TASK_GROUPS, TaskScore, task_groups, wb_result
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
-from harness.registry import register
-
-TASK_GROUPS: Mapping[str, str] = {
-    "Information seeking": "Information/Advice seeking",
-    "Creative Writing": "Creative Tasks",
-    "Coding & Debugging": "Coding & Debugging",
-    "Reasoning": "Planning & Reasoning",
-    "Editing": "Creative Tasks",
-    "Math": "Math & Data Analysis",
-    "Planning": "Planning & Reasoning",
-    "Brainstorming": "Creative Tasks",
-    "Role playing": "Creative Tasks",
-    "Advice seeking": "Information/Advice seeking",
-    "Data Analysis": "Math & Data Analysis",
-    "Others": "Creative Tasks",
-}
-"""Task tag -> group (`leaderboard/data_dir/_create_tables.py`, `task_group_new`)."""
 
 HUB_ID = "allenai/WildBench"
 HUB_CONFIG = "v2"
@@ -223,8 +207,6 @@ def _scored_weights(records: Any) -> np.ndarray:
 
 def _group_sets(records: Any) -> list[frozenset[str]]:
     """Each record's task groups where it enters the group scores (scored, output shown), else none."""
-    from judges.wildbench import task_groups
-
     return [task_groups(r.trace["tags"]) if _score(r) is not None and r.trace.get("in_groups") else frozenset()
             for r in records]
 
@@ -232,8 +214,6 @@ def _group_sets(records: Any) -> list[frozenset[str]]:
 def _macro_weights(records: Any) -> np.ndarray:
     """Per task: the sum over its groups of the group's weight / the group's task count, so the weighted mean
     is the task-macro score over the groups present (each group's mean weighted by `GROUP_WEIGHTS`)."""
-    from judges.wildbench import GROUP_WEIGHTS
-
     sets = _group_sets(records)
     counts: dict[str, int] = {}
     for groups in sets:
@@ -243,10 +223,8 @@ def _macro_weights(records: Any) -> np.ndarray:
 
 
 def _task_macro(records: Any) -> Aggregate:
-    """Upstream's task-macro score (`judges.wildbench.wb_result`): a group without a counted task adds 0, so
+    """Upstream's task-macro score (`benchmarks.wildbench_score.wb_result`): a group without a counted task adds 0, so
     the value is the weighted mean's times the present groups' share of the weights; the interval likewise."""
-    from judges.wildbench import GROUP_WEIGHTS, TaskScore, wb_result
-
     tasks = [TaskScore(_score(r), tuple(r.trace["tags"]), "x" if r.trace.get("in_groups") else "")
              for r in records]
     found = wb_result(tasks)
@@ -282,6 +260,12 @@ class WildBench:
     metrics = (WB_SCORE, WB_TASK_MACRO)
     kind: Literal["policy"] = "policy"
 
+    def record_fields(self, item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+        """What every record of `item` carries, judged or not (`judges.policy`): the meta the metrics group by
+        and the trace fields they read beside the scores."""
+        meta = {"session_id": str(item.meta.get("session_id", item.id)), "primary_tag": str(item.meta["primary_tag"])}
+        return meta, {"tags": [item.meta["primary_tag"], *item.meta["secondary_tags"]]}
+
     def load(
         self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0
     ) -> list[PolicyItem]:
@@ -290,4 +274,4 @@ class WildBench:
         return _items(rows, limit=limit)
 
 
-WILDBENCH = register("benchmark", "wildbench")(WildBench())
+WILDBENCH = WildBench()

@@ -45,15 +45,14 @@ import numpy as np
 from benchmarks import base
 from benchmarks.base import PolicyItem
 from benchmarks.scoring import Metric
+from benchmarks.writingbench_score import DIMENSIONS, QueryScores, writingbench_result
 from harness.backends.base import Message
 from harness.errors import ConfigError
 from harness.jsonl import read_jsonl
-from harness.registry import register
 
 REPO = "X-PLUG/WritingBench"
 FOLDER = "writingbench"
 FULL_FILE = "benchmark_all.jsonl"
-DIMENSIONS = ("style", "format", "length")
 SUBSETS = tuple(f"{d}{c}" for d in DIMENSIONS for c in ("", "_C"))
 """Valid `subset=` names: `length` -> `length_subset.jsonl`, `length_C` -> `length_subset_C.jsonl`, ..."""
 CRITERION_KEYS = ("name", "criteria_description", "1-2", "3-4", "5-6", "7-8", "9-10")
@@ -202,6 +201,8 @@ OVERALL = Metric(
     binary=False,
     weights=lambda records: np.array([float(len(_scored(r))) for r in records]),
     failed=lambda r: not r.scores or any(s is None for s in r.scores),
+    details=lambda records: writingbench_result(
+        [QueryScores.from_record(r) for r in records if r.scores]).to_json(),
 )
 
 
@@ -212,6 +213,13 @@ class WritingBench:
     display = "WritingBench"
     metrics = (OVERALL,)
     kind: Literal["policy"] = "policy"
+
+    def record_fields(self, item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+        """What every record of `item` carries, judged or not (`judges.policy`): the meta the metrics group by
+        and the trace fields they read beside the scores."""
+        meta = {"index": str(item.meta.get("index", item.id)), "domain1": str(item.meta.get("domain1", "")),
+                "domain2": str(item.meta.get("domain2", ""))}
+        return meta, {"criteria": [c["name"] for c in item.meta["criteria"]]}
 
     def load(
         self,
@@ -238,4 +246,4 @@ class WritingBench:
         return _items(rows, version=version, subset=subset, limit=limit)
 
 
-WRITINGBENCH = register("benchmark", "writingbench")(WritingBench())
+WRITINGBENCH = WritingBench()

@@ -1,8 +1,9 @@
 """Everything that scores responses: dynamic/static rubrics, scalar reward models, LLM-as-judge protocols, prompts.
 
-Evaluators register themselves under the registry kind "evaluator" with a factory
+Evaluators are catalogued (`harness.catalog`) under the registry kind "evaluator" as a factory
 `build(settings: dict[str, str], pool: BackendPool) -> Evaluator`; `load_evaluator(spec, pool)` parses a spec string
-and builds one. Importing this package imports no torch.
+and builds one. A policy benchmark's judge is catalogued under the kind "judge" by the benchmark's name
+(`judges.policy`). Importing this package imports no torch.
 """
 
 from __future__ import annotations
@@ -12,17 +13,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from harness.pool import BackendPool
     from judges.base import Evaluator
-
-_EVALUATOR_MODULES = ("judges.dynamic", "judges.scalar_rm", "judges.pairwise")
-
-
-def register_all() -> None:
-    """Import every evaluator module so each registers its kind."""
-    import importlib
-
-    for name in _EVALUATOR_MODULES:
-        importlib.import_module(name)
-
 
 def held_fixed(spec: str) -> tuple[str, str | None, dict[str, str]]:
     """What a comparison of two runs of one row may change, and what it must keep.
@@ -38,7 +28,6 @@ def held_fixed(spec: str) -> tuple[str, str | None, dict[str, str]]:
     from harness.registry import lookup
     from judges.base import parse_evaluator_spec
 
-    register_all()
     kind, settings = parse_evaluator_spec(spec)
     module = sys.modules[lookup("evaluator", kind).__module__]
     explicit = getattr(module, "explicit_settings", dict)(settings)
@@ -51,6 +40,5 @@ def load_evaluator(spec: str, pool: BackendPool) -> Evaluator:
     from harness.registry import lookup
     from judges.base import parse_evaluator_spec
 
-    register_all()
     kind, settings = parse_evaluator_spec(spec)
     return lookup("evaluator", kind)(settings, pool)

@@ -1,122 +1,63 @@
-"""Arena-Hard v2.0 (Arena-Hard-Auto) scoring: verdict parsing, battles against the baseline, bootstrap scores.
+"""Arena-Hard v2.0's judge: two games per question against the category's baseline, each label read by
+`parse_verdict`, scored by `benchmarks.arena_hard_score`.
 
-Upstream: `lmarena/arena-hard-auto` (Apache-2.0), snapshot `196f6b8` (2025-06-20), the v2.0 code path:
-`gen_judgment.py`, `show_result.py`, `utils/math_utils.py`, `utils/add_markdown_info.py`,
-`utils/judge_utils.py` and `config/arena-hard-v2.0.yaml`. This module is our own code for both halves: the
-judge (`ArenaHardJudge`, below the scorer) and the scoring.
-
-One upstream judgment record (`data/arena-hard-v2.0/model_judgment/<judge>/<model>.jsonl`, abbreviated):
-`{"uid": "2edbb5f36f5b42be", "category": "hard_prompt", "judge": "gpt-4.1", "model": "m",
-"baseline": "o3-mini-2025-01-31", "games": [{"score": "B>A", ...}, {"score": "A>>B", ...}]}`. Here each of
-the two games is an `ArenaGame`.
-
-Official scoring rule (what `show_result.py` does):
-- Two games per question (`gen_judgment.judgment`): the first shows the category's baseline as A and the model
-  as B, the second swaps them. Baselines (`judge_utils.JUDGE_SETTINGS`): `o3-mini-2025-01-31` for
-  `hard_prompt` (and its `coding`/`math` keys), `gemini-2.0-flash-001` for `creative_writing`.
-- A game's label is read by `gen_judgment.get_score` with the config's `regex_patterns` (see `parse_verdict`).
-- Each label gives A's points (`show_result.load_judgments`): `A>B` 1, `A=B` 0.5, `A<B` 0 and their mirrored
-  spellings; a strong label (`A>>B`, `B>>A`, `A<<B`, `B<<A`) counts 3 times. The model's battles are its own
-  points in the game where it is A, plus one minus the baseline's points in the game where the baseline is A.
-  A question with either game unparsed (or failed) is dropped, both games; we count it.
-- Score (`show_result.print_leaderboard`): each category on its own; 100 bootstrap resamples of the battle
-  rows (with replacement, as many rows as there are), the mean outcome of each; the score is the mean of those
-  resample means and the interval their 5% and 95% quantiles. Without style control this is a bootstrapped
-  win rate, not a Bradley-Terry fit (the code fits Bradley-Terry only under style control).
-- Style control (`show_result.print_leaderboard_with_style_features`, `math_utils.bootstrap_pairwise_model`):
-  a Bradley-Terry (logistic) fit of the battle outcomes on the model-vs-baseline indicator plus four style
-  differences (token length, header, list and bold density; see `style_features`), standardised over the
-  battle rows; fitted on 100 bootstrap resamples of the rows; the score is the median of the fitted win
-  probabilities against the baseline, the interval their 5% and 95% quantiles.
-
-Values are fractions in [0, 1] (the leaderboard prints percent; the baseline itself is 0.5).
-
-Deviations, stated:
-- A label outside the ten scored ones (e.g. `[[A]]`): `get_score` returns it and `load_judgments` then raises
-  `KeyError`; here `parse_verdict` returns None and the question is dropped and counted like an unparsed one.
-- Random draws come from a numpy `Generator` seeded from (`seed`, category), not from numpy's global state:
-  the same procedure, other draws.
-- Style control fits one model against its baseline, as upstream does when the judgment folder holds only that
-  model; the leaderboard fits every model in the folder at once (shared style coefficients, features
-  standardised over all of them). Because the features are centred on their mean over the battles, a lone
-  model's win rate is read at its own average style: a systematic length or markdown edge over the baseline
-  is not taken out, as it is against a pool's average on the leaderboard. The L-BFGS fit is replicated in
-  float64 (upstream runs torch in float32). Upstream's single-feature modes (`-f length`, `-f markdown`)
-  slice the wrong columns of its feature matrix, so only the full control (`-f markdown length`, the README's
-  official configuration) is offered. Token lengths (upstream: tiktoken's `gpt-4o` encoding) are supplied by
-  the caller.
-- `show_result.py`'s category loop filters an already filtered frame, so it can only score one category per
-  run; here every category in the games is scored from all of them.
-
-The judge that plays the games is `judges.arena_hard_judge`.
+The judge (`ArenaHardJudge`) plays `gen_judgment.judgment`'s two games per question: game 1 shows the
+category's baseline answer as A and the policy's as B, game 2 swaps them (`pairwise_judgment` called with the
+two answers exchanged). Each game is one chat: a system turn (the category's prompt,
+`judge_utils.JUDGE_SETTINGS`: the hard-prompt one has the judge write its own answer first, the
+creative-writing one does not), then a user turn laid out as the config's `prompt_template`
+(`<|User Prompt|>`, `<|The Start of Assistant A's Answer|>`, ...), sampled with the config's `temperature` 0
+and `max_tokens` 16000 (both settings). The prompts' wording is ours (`judges/prompts/arena_hard_*.txt`);
+`upstream_prompts=DIR` reads the user's copy of upstream's instead (the two system prompt files and
+`arena-hard-v2.0.yaml`'s `prompt_template`). `structured=True` (default) decodes under `VERDICT_CONSTRAINT`
+(free text ending in one of the ten scored labels) where the backend can; `parse_verdict` reads the answer
+either way. Deviations, stated:
+- The re-ask is ours: upstream retries a call only on an API error (`utils/completion.py`, `API_MAX_RETRY`;
+  here the backend does) and records an answer without a label as score None. Here such an answer is asked
+  once more, continuing the chat with a short complaint (`judges/prompts/retry_arena_hard.txt`), and only then
+  recorded as failed (verdict None; `arena_hard_score` drops the question and counts it).
+- A `<think>...</think>` block (or an unterminated one) is removed before the label is read: upstream reads
+  the API's answer, which holds no reasoning.
+- Each game's sampling seed is derived from (seed, question, game); upstream sends none.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from harness.errors import ConfigError
+from benchmarks.arena_hard_score import LABEL_POINTS, ArenaGame
+from harness.backends.base import Constraint, Message, SamplingParams
+from harness.errors import ConfigError, Failure
 from harness.seeds import derive_seed
+from judges.templates import load_template, render, render_template
+from judges.verify import Ask, ask_all
+
+if TYPE_CHECKING:
+    from benchmarks.base import PolicyItem
+    from harness.backends.base import Backend
 
 __all__ = [
-    "BASELINES",
-    "LABEL_POINTS",
-    "STRONG_WEIGHT",
     "VERDICT_PATTERNS",
-    "AnswerStyle",
-    "ArenaGame",
-    "ArenaResult",
-    "Battle",
-    "CategoryScore",
-    "arena_hard_score",
-    "battles",
-    "fit_bradley_terry",
     "parse_verdict",
-    "style_features",
+    "JUDGE_MAX_TOKENS",
+    "JUDGE_TEMPERATURE",
+    "SYSTEM_TEMPLATES",
+    "UPSTREAM_CONFIG",
+    "UPSTREAM_SYSTEM_FILES",
+    "VERDICT_CONSTRAINT",
+    "ArenaHardJudge",
+    "ArenaHardJudgment",
+    "fill_upstream_template",
+    "read_upstream_prompts",
 ]
 
 VERDICT_PATTERNS = (r"\[\[([AB<>=]+)\]\]", r"\[([AB<>=]+)\]")
 """`regex_patterns` of `config/arena-hard-v2.0.yaml`, tried in this order."""
-STRONG_WEIGHT = 3
-"""How many battles a strong label counts for (`show_result.load_judgments(weight=3)`)."""
-LABEL_POINTS: Mapping[str, float] = {
-    "A>>B": 1.0,
-    "A>B": 1.0,
-    "A=B": 0.5,
-    "A<B": 0.0,
-    "A<<B": 0.0,
-    "B<<A": 1.0,
-    "B<A": 1.0,
-    "B=A": 0.5,
-    "B>A": 0.0,
-    "B>>A": 0.0,
-}
-"""Points of the answer shown as A for each scored label (`show_result.load_judgments`' `label_to_score`)."""
-BASELINES: Mapping[str, str] = {
-    "hard_prompt": "o3-mini-2025-01-31",
-    "coding": "o3-mini-2025-01-31",
-    "math": "o3-mini-2025-01-31",
-    "creative_writing": "gemini-2.0-flash-001",
-}
-"""The baseline model per category (`utils/judge_utils.JUDGE_SETTINGS`, v2.0 keys)."""
-
 _PATTERNS = tuple(re.compile(p) for p in VERDICT_PATTERNS)
-_CODE_BLOCK = re.compile(r"```([^`]*)```")
-_HEADERS = tuple(re.compile(rf"^#{{{level}}}\s", re.MULTILINE) for level in range(1, 7))
-_LISTS = (re.compile(r"^\s*\d+\.\s", re.MULTILINE), re.compile(r"^\s*[-*+]\s", re.MULTILINE))
-_BOLDS = (re.compile(r"\*\*[^*\n]+\*\*"), re.compile(r"__[^_\n]+__"))
-_QUANTILES = (0.05, 0.95)
-# torch.optim.LBFGS as `math_utils.fit_pairwise_model` configures it (history_size stays at its default of
-# 100, which 50 iterations never fill, and max_eval at 62, which they never reach).
-_LBFGS_LR = 0.1
-_LBFGS_MAX_ITER = 50
-_LBFGS_TOL = 1e-9
-_LBFGS_INIT = 0.5
 
 
 def parse_verdict(text: str) -> str | None:
@@ -136,438 +77,256 @@ def parse_verdict(text: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class ArenaGame:
-    """One judge call on one question: the model's answer against the category baseline's.
+# --- the judge: two games per question against the category's baseline (gen_judgment.judgment) ---
+
+JUDGE_TEMPERATURE = 0.0
+JUDGE_MAX_TOKENS = 16000
+"""`temperature` and `max_tokens` of `config/arena-hard-v2.0.yaml` (its judge: `gpt-4.1`)."""
+SYSTEM_TEMPLATES: Mapping[str, str] = {
+    "hard_prompt": "arena_hard_system",
+    "coding": "arena_hard_system",
+    "math": "arena_hard_system",
+    "creative_writing": "arena_hard_creative_system",
+}
+"""Our system prompt per category, as `judge_utils.JUDGE_SETTINGS` assigns upstream's (looked up by the
+question's `category`, as `gen_judgment.pairwise_judgment` does)."""
+UPSTREAM_SYSTEM_FILES: Mapping[str, str] = {
+    "hard_prompt": "system_prompt_hard_prompt.txt",
+    "coding": "system_prompt_hard_prompt.txt",
+    "math": "system_prompt_hard_prompt.txt",
+    "creative_writing": "system_prompt_creative_writing.txt",
+}
+"""`upstream_prompts=DIR`: the file in DIR holding each category's upstream system prompt as text."""
+UPSTREAM_CONFIG = "arena-hard-v2.0.yaml"
+"""`upstream_prompts=DIR`: upstream's config file in DIR; its `prompt_template` is the user turn."""
+VERDICT_CONSTRAINT = Constraint.regex(r"(?s:.*)\[\[(?:" + "|".join(LABEL_POINTS) + r")\]\]")
+"""`structured=True`: any text, then the answer ends with one of the ten scored labels."""
+LABEL_ONLY_CONSTRAINT = Constraint.regex(r"\[\[(?:" + "|".join(LABEL_POINTS) + r")\]\]")
+"""`label_only=True`: the answer is one of the ten scored labels and nothing else."""
+USER_TEMPLATE = "arena_hard_user"
+RETRY_TEMPLATE = "retry_arena_hard"
+_UPSTREAM_FIELDS = ("QUESTION", "ANSWER_A", "ANSWER_B")
+_FORMAT_FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
+
+
+def fill_upstream_template(template: str, **values: str) -> str:
+    """Upstream's `prompt_template.format(QUESTION=..., ANSWER_A=..., ANSWER_B=...)` in one pass (`{{`/`}}`
+    become braces, inserted texts are never re-read).
 
     Raises:
-        ConfigError: for a verdict that is not one of `LABEL_POINTS` (nor None).
+        ConfigError: for a template whose fields are not exactly the three (e.g. `{REFERENCE}`: reference
+            answers are not supported), or values for other names.
     """
-
-    uid: str
-    """Question id (`question.jsonl`'s `uid`)."""
-    category: str
-    """Question category (`hard_prompt` or `creative_writing`): selects the baseline and the score."""
-    verdict: str | None
-    """The label `parse_verdict` read (e.g. `"B>>A"`); None when the answer had none or the call failed."""
-    model_as_a: bool
-    """Whether the model's answer was shown as A (upstream's second game) or the baseline's (the first)."""
-    judge: str = ""
-    """The judge model. Games of several judges on one question are separate records, as when
-    `show_result.load_judgments` reads several judges' folders (the creative-writing judge ensemble)."""
-
-    def __post_init__(self) -> None:
-        if self.verdict is not None and self.verdict not in LABEL_POINTS:
-            raise ConfigError(
-                f"arena-hard: question {self.uid!r}: verdict {self.verdict!r} is not one of "
-                f"{', '.join(LABEL_POINTS)} (or None for an unparsed game)"
-            )
-
-    def model_outcomes(self) -> tuple[float, ...]:
-        """The model's battle outcomes in this game: its points, `STRONG_WEIGHT` times for a strong label.
-
-        Raises:
-            ConfigError: for an unparsed game (it has no outcome).
-        """
-        if self.verdict is None:
-            raise ConfigError(f"arena-hard: question {self.uid!r}: an unparsed game has no outcome")
-        points = LABEL_POINTS[self.verdict]
-        model = points if self.model_as_a else 1.0 - points
-        return (model,) * (STRONG_WEIGHT if ">>" in self.verdict or "<<" in self.verdict else 1)
-
-
-@dataclass(frozen=True, slots=True)
-class Battle:
-    """One row of upstream's exploded battle table: one outcome of the model against the baseline."""
-
-    uid: str
-    """Question id."""
-    category: str
-    """Question category."""
-    outcome: float
-    """1 the model won, 0.5 a tie, 0 the baseline won."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Question:
-    judge: str
-    uid: str
-    category: str
-    baseline_as_a: ArenaGame
-    model_as_a: ArenaGame
-
-    @property
-    def kept(self) -> bool:
-        return self.baseline_as_a.verdict is not None and self.model_as_a.verdict is not None
-
-
-def _questions(games: Iterable[ArenaGame]) -> list[_Question]:
-    """Pair the two games of every (judge, question), in order of first appearance."""
-    slots: dict[tuple[str, str], dict[bool, ArenaGame]] = {}
-    for g in games:
-        pair = slots.setdefault((g.judge, g.uid), {})
-        if g.model_as_a in pair:
-            shown = "the model" if g.model_as_a else "the baseline"
-            where = f"question {g.uid!r} (judge {g.judge!r})"
-            raise ConfigError(f"arena-hard: {where}: two games show {shown} as A")
-        pair[g.model_as_a] = g
-    out = []
-    for (judge, uid), pair in slots.items():
-        if len(pair) != 2:
-            missing = "the model" if True not in pair else "the baseline"
-            raise ConfigError(
-                f"arena-hard: question {uid!r} (judge {judge!r}) lacks its game with {missing} as A; "
-                "record a failed game with verdict None instead of leaving it out"
-            )
-        if pair[True].category != pair[False].category:
-            raise ConfigError(
-                f"arena-hard: question {uid!r} (judge {judge!r}) has games in categories "
-                f"{pair[False].category!r} and {pair[True].category!r}"
-            )
-        out.append(_Question(judge, uid, pair[True].category, pair[False], pair[True]))
-    return out
-
-
-def battles(games: Iterable[ArenaGame]) -> list[Battle]:
-    """The battle rows of `show_result.load_judgments`: per kept question, the model-as-A game's outcomes,
-    then the baseline-as-A game's; questions with an unparsed game are left out (`arena_hard_score` counts
-    them).
-
-    Raises:
-        ConfigError: when a (judge, question) lacks one of its two games, has one twice, or mixes categories.
-    """
-    return _rows(_questions(games))
-
-
-def _rows(questions: Iterable[_Question]) -> list[Battle]:
-    rows = []
-    for q in questions:
-        if q.kept:
-            for game in (q.model_as_a, q.baseline_as_a):
-                rows.extend(Battle(q.uid, q.category, o) for o in game.model_outcomes())
-    return rows
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerStyle:
-    """The style metadata of one answer (`utils/add_markdown_info.py`), each count summed over its kinds."""
-
-    token_len: int
-    """Tokens in the answer (upstream: tiktoken's `gpt-4o` encoding, special tokens allowed)."""
-    header_count: int
-    """Lines starting with `#` .. `######` and a space."""
-    list_count: int
-    """Ordered (`1. `) and unordered (`- `, `* `, `+ `) list items."""
-    bold_count: int
-    """`**bold**` and `__bold__` spans."""
-
-    @classmethod
-    def from_text(cls, text: str, *, token_len: int) -> AnswerStyle:
-        """Count markdown as `add_markdown_info.count_markdown_elements` does, after its code-block removal.
-
-        `add_markdown_info.remove_pattern` deletes every occurrence of each fenced block's *inside* (the text
-        between the triple backticks, fences left in place), then headers, list items and bold spans are
-        counted with upstream's patterns.
-        """
-        for inside in _CODE_BLOCK.findall(text):
-            text = text.replace(inside, "")
-        return cls(
-            token_len,
-            sum(len(p.findall(text)) for p in _HEADERS),
-            sum(len(p.findall(text)) for p in _LISTS),
-            sum(len(p.findall(text)) for p in _BOLDS),
+    found = {m.group(1) for m in _FORMAT_FIELD.finditer(template) if m.group(1) is not None}
+    if found != set(_UPSTREAM_FIELDS) or set(values) != set(_UPSTREAM_FIELDS):
+        raise ConfigError(
+            "arena-hard: the user template needs exactly the fields {QUESTION}, {ANSWER_A} and {ANSWER_B}; "
+            f"found {sorted(found)}"
         )
-
-    @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any]) -> AnswerStyle:
-        """From an upstream answer record's `metadata` (`{"token_len": 179, "header_count": {"h1": 0, ...}}`),
-        summing each count's kinds as `show_result.print_leaderboard_with_style_features` does.
-
-        Raises:
-            ConfigError: when a key is missing.
-        """
-
-        def total(key: str) -> int:
-            if key not in metadata:
-                raise ConfigError(f"arena-hard: answer metadata lacks {key!r} (see add_markdown_info.py)")
-            value = metadata[key]
-            return int(value) if isinstance(value, int) else int(sum(value.values()))
-
-        return cls(total("token_len"), total("header_count"), total("list_count"), total("bold_count"))
+    return _FORMAT_FIELD.sub(lambda m: m.group(0)[0] if m.group(1) is None else values[m.group(1)], template)
 
 
-def style_features(model: AnswerStyle, baseline: AnswerStyle) -> tuple[float, float, float, float]:
-    """The four raw style differences of one battle (`show_result.print_leaderboard_with_style_features`).
-
-    Length: `(len_m - len_b) / (len_m + len_b)`. Each markdown count becomes a density `count / (len + 1)`,
-    and its feature is `(d_m - d_b) / (d_m + d_b + 1)`. Order: length, headers, lists, bold.
+def read_upstream_prompts(folder: Path | str) -> tuple[dict[str, str], str]:
+    """The user's copy of upstream's prompts in `folder`: the system prompt per category
+    (`UPSTREAM_SYSTEM_FILES`, read as they are) and the user template (`UPSTREAM_CONFIG`'s `prompt_template`).
 
     Raises:
-        ConfigError: when both answers have 0 tokens (upstream's NaN assertion).
+        ConfigError: naming a file that is missing or unreadable, or a template without the three fields.
     """
-    total = model.token_len + baseline.token_len
-    if total == 0:
-        raise ConfigError("arena-hard: style control needs answers with tokens; both have token_len 0")
-    out = [(model.token_len - baseline.token_len) / total]
-    for m_count, b_count in (
-        (model.header_count, baseline.header_count),
-        (model.list_count, baseline.list_count),
-        (model.bold_count, baseline.bold_count),
-    ):
-        m_density, b_density = m_count / (model.token_len + 1), b_count / (baseline.token_len + 1)
-        out.append((m_density - b_density) / (m_density + b_density + 1))
-    return out[0], out[1], out[2], out[3]
+    import yaml
+
+    folder = Path(folder)
+
+    def read(name: str) -> str:
+        try:
+            return (folder / name).read_text(encoding="utf-8")
+        except OSError as exc:
+            problem = f"cannot read upstream's {name} in {folder}: {exc.strerror}"
+            raise ConfigError(f"arena-hard: {problem}") from None
+
+    system = {category: read(name) for category, name in UPSTREAM_SYSTEM_FILES.items()}
+    try:
+        config = yaml.safe_load(read(UPSTREAM_CONFIG))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"arena-hard: {folder / UPSTREAM_CONFIG} is not YAML: {exc}") from None
+    template = config.get("prompt_template") if isinstance(config, Mapping) else None
+    if not isinstance(template, str):
+        raise ConfigError(f"arena-hard: {folder / UPSTREAM_CONFIG} has no prompt_template string")
+    fill_upstream_template(template, QUESTION="", ANSWER_A="", ANSWER_B="")  # checks the fields now
+    return system, template
 
 
-def _bt_loss(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray]:
-    """Summed binary cross-entropy with logits `x @ w` (`math_utils.bt_loss`) and its gradient."""
-    z = x @ w
-    loss = float(np.sum(np.logaddexp(0.0, z) - y * z))
-    return loss, x.T @ (1.0 / (1.0 + np.exp(-z)) - y)
-
-
-def fit_bradley_terry(features: np.ndarray, outcomes: np.ndarray) -> np.ndarray:
-    """The coefficients `math_utils.fit_pairwise_model(loss_type="bt")` fits, with its exact optimiser.
-
-    Loss: summed binary cross-entropy of `outcomes` (0, 0.5 or 1) against `sigmoid(features @ w)`, no
-    intercept. Optimiser: one `step` of `torch.optim.LBFGS(lr=0.1, max_iter=50, tolerance_grad=1e-9,
-    tolerance_change=1e-9)` without line search from every weight at 0.5, replicated step for step in float64
-    (the two-loop recursion, the first step scaled by `min(1, 1 / |g|_1)`, torch's stopping tests). 50 fixed
-    steps of 0.1 stop short of the maximum-likelihood point by a little; that is upstream's number.
-    """
-    x, y = np.asarray(features, dtype=float), np.asarray(outcomes, dtype=float)
-    w = np.full(x.shape[1], _LBFGS_INIT)
-    loss, grad = _bt_loss(x, y, w)
-    if np.abs(grad).max() <= _LBFGS_TOL:
-        return w
-    dirs: list[np.ndarray] = []
-    steps: list[np.ndarray] = []
-    rhos: list[float] = []
-    h_diag = 1.0
-    direction, step, prev_grad = -grad, 0.0, grad
-    for n_iter in range(1, _LBFGS_MAX_ITER + 1):
-        if n_iter > 1:
-            y_k, s_k = grad - prev_grad, direction * step
-            ys = float(y_k @ s_k)
-            if ys > 1e-10:
-                dirs.append(y_k)
-                steps.append(s_k)
-                rhos.append(1.0 / ys)
-                h_diag = ys / float(y_k @ y_k)
-            q = -grad
-            alphas = [0.0] * len(dirs)
-            for i in range(len(dirs) - 1, -1, -1):
-                alphas[i] = float(steps[i] @ q) * rhos[i]
-                q = q - alphas[i] * dirs[i]
-            direction = q * h_diag
-            for i in range(len(dirs)):
-                beta = float(dirs[i] @ direction) * rhos[i]
-                direction = direction + (alphas[i] - beta) * steps[i]
-        prev_grad, prev_loss = grad, loss
-        step = min(1.0, 1.0 / float(np.abs(grad).sum())) * _LBFGS_LR if n_iter == 1 else _LBFGS_LR
-        if float(grad @ direction) > -_LBFGS_TOL:
-            break
-        w = w + step * direction
-        if n_iter == _LBFGS_MAX_ITER:
-            break
-        loss, grad = _bt_loss(x, y, w)
-        if np.abs(grad).max() <= _LBFGS_TOL:
-            break
-        if np.abs(direction * step).max() <= _LBFGS_TOL or abs(loss - prev_loss) < _LBFGS_TOL:
-            break
-    return w
+def _read_verdict(text: str) -> str:
+    """The scored label of an answer (`parse_verdict` after removing reasoning); ValueError saying why."""
+    visible = _THINK.sub("", text)
+    label = parse_verdict(visible)
+    if label is not None:
+        return label
+    if not text.strip():
+        raise ValueError("the answer is empty")
+    if not visible.strip():
+        raise ValueError("the answer holds reasoning but nothing after it")
+    raise ValueError("it ends without a label such as [[A>B]]")
 
 
 @dataclass(frozen=True, slots=True)
-class CategoryScore:
-    """The Arena-Hard score of one category against its baseline, with the counts behind it."""
+class ArenaHardJudgment:
+    """Both games of one question: the policy's answer against the category baseline's."""
 
-    category: str
-    """Question category."""
-    baseline: str
-    """The baseline model of the category (`BASELINES`)."""
-    score: float | None
-    """Bootstrap mean win rate (style control: median fitted win probability); None without any battle."""
-    lower: float | None
-    """5% bootstrap quantile; None without any battle."""
-    upper: float | None
-    """95% bootstrap quantile; None without any battle."""
-    win_rate: float | None
-    """Plain mean outcome over the battle rows (what the bootstrap resamples); None without any battle."""
-    n_questions: int
-    """Distinct questions with at least one kept (judge, question) record."""
-    n_games: int
-    """Kept games (two per kept record)."""
-    n_battles: int
-    """Battle rows, strong labels counted `STRONG_WEIGHT` times."""
-    n_ties: int
-    """Kept games judged a tie (`A=B` or `B=A`)."""
-    n_unparsed: int
-    """Games without a verdict (unparsable answer or failed call), kept or not."""
-    n_dropped: int
-    """(judge, question) records dropped because a game had no verdict."""
-    style_coefs: tuple[float, ...]
-    """Style control: the median fitted coefficients of length, headers, lists, bold (upstream's "Feature
-    Coefs"); empty without style control."""
+    item: str
+    """The `PolicyItem` id."""
+    baseline_as_a: ArenaGame
+    """Game 1: the baseline's answer shown as A, the policy's as B."""
+    model_as_a: ArenaGame
+    """Game 2: the policy's answer shown as A, the baseline's as B."""
+    failures: tuple[Failure | None, Failure | None]
+    """Why game 1, game 2 has no verdict (the backend's failure, or PARSE after the re-ask), else None."""
+    raw: dict[str, Any] = field(default_factory=dict)
+    """`answers`: per game, the judge's answers (first and, if re-asked, second); `problems`: per game, the
+    complaint sent on the re-ask (None where there was none)."""
 
     @property
-    def tie_rate(self) -> float | None:
-        """Share of kept games judged a tie; None without a kept game."""
-        return self.n_ties / self.n_games if self.n_games else None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"style_coefs": list(self.style_coefs), "tie_rate": self.tie_rate}
-
-
-@dataclass(frozen=True, slots=True)
-class ArenaResult:
-    """Arena-Hard scores per category (upstream reports no score across categories)."""
-
-    categories: tuple[CategoryScore, ...]
-    """One score per category present in the games, sorted by name."""
-    style_control: bool
-    """Whether the scores are style-controlled (length and markdown) Bradley-Terry win rates."""
-    bootstrap_rounds: int
-    """Bootstrap resamples behind every score and interval."""
-    seed: int
-    """The seed the resamples were drawn from (per category: derived from it and the category)."""
-
-    def category(self, name: str) -> CategoryScore:
-        """The score of one category.
-
-        Raises:
-            ConfigError: for a category without games; the message lists those with games.
-        """
-        for c in self.categories:
-            if c.category == name:
-                return c
-        scored = ", ".join(c.category for c in self.categories)
-        raise ConfigError(f"arena-hard: no games in category {name!r}; scored: {scored}")
+    def games(self) -> tuple[ArenaGame, ArenaGame]:
+        """Game 1 and game 2 (what `arena_hard_score` takes)."""
+        return self.baseline_as_a, self.model_as_a
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "categories": [c.to_json() for c in self.categories],
-            "style_control": self.style_control,
-            "bootstrap_rounds": self.bootstrap_rounds,
-            "seed": self.seed,
+            "item": self.item,
+            "games": [asdict(g) for g in self.games],
+            "failures": [f.to_json() if f is not None else None for f in self.failures],
+            "raw": self.raw,
         }
 
 
-def _style_matrix(
-    rows: Sequence[Battle], model_style: Mapping[str, AnswerStyle], baseline_style: Mapping[str, AnswerStyle]
-) -> np.ndarray:
-    """Upstream's feature matrix: model indicator (+1) and baseline indicator (-1), then the standardised
-    style features (mean and sample standard deviation over the battle rows, as torch computes them)."""
-    raw = []
-    for r in rows:
-        for side, styles in (("model", model_style), ("baseline", baseline_style)):
-            if r.uid not in styles:
-                raise ConfigError(f"arena-hard: style control: no {side} answer style for question {r.uid!r}")
-        raw.append(style_features(model_style[r.uid], baseline_style[r.uid]))
-    feats = np.array(raw)
-    spread = feats.std(axis=0, ddof=1) if len(rows) > 1 else np.zeros(4)
-    if not (spread > 0).all():
-        names = [n for n, s in zip(("length", "headers", "lists", "bold"), spread, strict=True) if not s > 0]
-        raise ConfigError(
-            f"arena-hard: style control cannot standardise {', '.join(names)}: constant over the "
-            f"{len(rows)} battles of category {rows[0].category!r}"
-        )
-    indicator = np.tile([1.0, -1.0], (len(rows), 1))
-    return np.hstack([indicator, (feats - feats.mean(axis=0)) / spread])
-
-
-def _score_category(
-    category: str,
-    questions: Sequence[_Question],
-    *,
-    baseline: str,
-    rounds: int,
-    seed: int,
-    style: tuple[Mapping[str, AnswerStyle], Mapping[str, AnswerStyle]] | None,
-) -> CategoryScore:
-    kept = [q for q in questions if q.kept]
-    rows = _rows(kept)
-    counts = {
-        "n_questions": len({q.uid for q in kept}),
-        "n_games": 2 * len(kept),
-        "n_battles": len(rows),
-        "n_ties": sum(g.verdict in ("A=B", "B=A") for q in kept for g in (q.baseline_as_a, q.model_as_a)),
-        "n_unparsed": sum(g.verdict is None for q in questions for g in (q.baseline_as_a, q.model_as_a)),
-        "n_dropped": len(questions) - len(kept),
-    }
-    if not rows:
-        return CategoryScore(category, baseline, None, None, None, None, style_coefs=(), **counts)
-    y = np.array([r.outcome for r in rows])
-    rng = np.random.default_rng(derive_seed(seed, "arena-hard", category))
-    draws = rng.integers(0, len(rows), size=(rounds, len(rows)))
-    if style is None:
-        values = y[draws].mean(axis=1)
-        centre, coefs = float(values.mean()), ()
-    else:
-        x = _style_matrix(rows, *style)
-        fits = np.array([fit_bradley_terry(x[idx], y[idx]) for idx in draws])
-        # `math_utils.to_winrate_probabilities`: exp(c_m) / (exp(c_m) + exp(c_b)).
-        values = 1.0 / (1.0 + np.exp(fits[:, 1] - fits[:, 0]))
-        centre, coefs = float(np.median(values)), tuple(float(c) for c in np.median(fits[:, 2:], axis=0))
-    lower, upper = (float(v) for v in np.quantile(values, _QUANTILES))
-    win_rate = float(y.mean())
-    return CategoryScore(category, baseline, centre, lower, upper, win_rate, style_coefs=coefs, **counts)
-
-
-def arena_hard_score(
-    games: Iterable[ArenaGame],
-    *,
-    baselines: Mapping[str, str] = BASELINES,
-    bootstrap_rounds: int = 100,
-    seed: int = 0,
-    style_control: bool = False,
-    model_style: Mapping[str, AnswerStyle] | None = None,
-    baseline_style: Mapping[str, AnswerStyle] | None = None,
-) -> ArenaResult:
-    """Score one model's Arena-Hard games against the baselines, each category on its own.
+class ArenaHardJudge:
+    """Arena-Hard v2.0's judge: two games per question against the category's baseline (see the module
+    docstring), an answer without a label re-asked once (our addition), then recorded as failed.
 
     Args:
-        games: Both games of every judged question (an unparsed or failed game with verdict None).
-        baselines: The baseline model per category; every game's category must be a key.
-        bootstrap_rounds: Resamples per category (upstream: 100).
-        seed: Seeds the resamples (with the category).
-        style_control: Fit the style-controlled Bradley-Terry model (`show_result.py -f markdown length`)
-            instead of bootstrapping the win rate.
-        model_style: Style control: the model's answer style per question uid.
-        baseline_style: Style control: the baseline's answer style per question uid.
+        backend: The judge model.
+        upstream_prompts: A folder with the user's copy of upstream's prompts (`read_upstream_prompts`); None
+            uses ours.
+        structured: Decode under `VERDICT_CONSTRAINT` where the backend can.
+        label_only: Decode under `LABEL_ONLY_CONSTRAINT` instead: the judge writes the label alone, without
+            the reasoning upstream's prompt asks for first. Not upstream's protocol: for small judges that do
+            not reach a label within their budget (the `cpu` preset's).
+        temperature: Judge sampling temperature (upstream: 0).
+        max_tokens: Judge token budget per answer (upstream: 16000; the hard-prompt judge answers first).
+        judge: The judge's name in the games (`ArenaGame.judge`); default the backend's model.
 
     Raises:
-        ConfigError: for no games, a category without a baseline, fewer than 1 round, malformed game pairs
-            (see `battles`), answer styles missing under style control or given without it, or a style
-            feature that is constant over a category's battles.
+        ConfigError: for a negative temperature, `max_tokens` < 1, or unreadable upstream prompts.
     """
-    if bootstrap_rounds < 1:
-        raise ConfigError(f"arena-hard: bootstrap_rounds must be >= 1, got {bootstrap_rounds}")
-    if style_control and (model_style is None or baseline_style is None):
-        raise ConfigError("arena-hard: style control needs model_style and baseline_style")
-    if not style_control and (model_style is not None or baseline_style is not None):
-        raise ConfigError("arena-hard: answer styles were given but style_control is off")
-    questions = _questions(games)
-    if not questions:
-        raise ConfigError("arena-hard: no games to score")
-    by_category: dict[str, list[_Question]] = {}
-    for q in questions:
-        if q.category not in baselines:
-            raise ConfigError(
-                f"arena-hard: question {q.uid!r} has category {q.category!r}, which has no baseline; "
-                f"known: {', '.join(baselines)}"
-            )
-        by_category.setdefault(q.category, []).append(q)
-    style = (model_style, baseline_style) if style_control else None
-    scores = tuple(
-        _score_category(
-            name,
-            by_category[name],
-            baseline=baselines[name],
-            rounds=bootstrap_rounds,
-            seed=seed,
-            style=style,  # type: ignore[arg-type]
-        )
-        for name in sorted(by_category)
-    )
-    return ArenaResult(scores, style_control, bootstrap_rounds, seed)
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        upstream_prompts: Path | str | None = None,
+        structured: bool = True,
+        label_only: bool = False,
+        temperature: float = JUDGE_TEMPERATURE,
+        max_tokens: int = JUDGE_MAX_TOKENS,
+        judge: str | None = None,
+    ) -> None:
+        if not temperature >= 0:
+            raise ConfigError(f"arena-hard judge: temperature must be >= 0, got {temperature}")
+        if max_tokens < 1:
+            raise ConfigError(f"arena-hard judge: max_tokens must be >= 1, got {max_tokens}")
+        self.backend = backend
+        self.judge = judge or backend.model
+        self.upstream_prompts = Path(upstream_prompts) if upstream_prompts is not None else None
+        self.structured = structured
+        self.label_only = label_only
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        if self.upstream_prompts is not None:
+            self._system, self._user = read_upstream_prompts(self.upstream_prompts)
+        else:
+            self._system = {category: load_template(name) for category, name in SYSTEM_TEMPLATES.items()}
+            self._user = load_template(USER_TEMPLATE)
+        load_template(RETRY_TEMPLATE)  # a missing prompt file fails here, not mid-run
+        self.requests = 0
+        """Requests sent to the backend (re-asks included)."""
+
+    @property
+    def _constraint(self) -> Constraint | None:
+        if self.label_only:
+            return LABEL_ONLY_CONSTRAINT
+        return VERDICT_CONSTRAINT if self.structured else None
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What the judgment depends on besides the judge model (recorded with every judgment)."""
+        return {"prompts": str(self.upstream_prompts) if self.upstream_prompts else "ours",
+                "structured": self.structured, "label_only": self.label_only, "temperature": self.temperature,
+                "max_tokens": self.max_tokens}
+
+    def messages(self, category: str, question: str, answer_a: str, answer_b: str) -> tuple[Message, ...]:
+        """The judge's chat for one game: the category's system prompt, then the question and the two answers.
+
+        Raises:
+            ConfigError: for a category without a system prompt (the message lists those with one).
+        """
+        if category not in self._system:
+            raise ConfigError(f"arena-hard judge: no system prompt for category {category!r}; known: "
+                              f"{', '.join(self._system)}")
+        if self.upstream_prompts is not None:
+            user = fill_upstream_template(self._user, QUESTION=question, ANSWER_A=answer_a, ANSWER_B=answer_b)
+        else:
+            user = render(self._user, question=question, answer_a=answer_a, answer_b=answer_b)
+        return Message("system", self._system[category]), Message("user", user)
+
+    def _chats(self, item: PolicyItem, output: str) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
+        missing = [k for k in ("uid", "category", "baseline_answer") if k not in item.meta]
+        if missing or not item.messages or item.messages[-1].role != "user":
+            problem = f"lacks meta {', '.join(missing)}" if missing else "does not end with a user turn"
+            raise ConfigError(f"arena-hard judge: item {item.id!r} {problem} (see benchmarks.arena_hard)")
+        question, baseline = item.messages[-1].content, item.meta["baseline_answer"]
+        category = item.meta["category"]
+        return (self.messages(category, question, baseline, output),
+                self.messages(category, question, output, baseline))
+
+    def read(self, item: PolicyItem, text: str, j: Any) -> tuple[tuple[float | None, ...], dict[str, Any],
+                                                              tuple[tuple[str, Failure], ...]]:
+        """One judgment as its record reads it (`judges.policy`): the scores the benchmark's metrics take, the
+        trace fields they read, and (where, failure) of every part that failed."""
+        del item, text
+        scores = []
+        for game in j.games:
+            scores.append(None if game.verdict is None else sum(game.model_outcomes()) / len(game.model_outcomes()))
+        failures = tuple((f"judge game {n}", f) for n, f in enumerate(j.failures, start=1) if f is not None)
+        return tuple(scores), {"judgment": j.to_json()}, failures
+
+    async def judge_all(
+        self, pairs: Sequence[tuple[PolicyItem, str]], *, seed: int
+    ) -> list[ArenaHardJudgment]:
+        """Play both games of every (item, policy output) pair, all in one batch (and one re-ask batch);
+        aligned with `pairs`.
+
+        Raises:
+            ConfigError: before any request, for an item without Arena-Hard's meta or of an unknown category.
+        """
+        chats = [self._chats(item, output) for item, output in pairs]
+        asks = [
+            Ask(chat, SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens,
+                                     seed=derive_seed(seed, "arena-hard", item.id, game),
+                                     constraint=self._constraint),
+                _read_verdict, lambda problem: render_template(RETRY_TEMPLATE, problem=problem))
+            for (item, _), both in zip(pairs, chats)
+            for game, chat in enumerate(both, start=1)
+        ]
+        requests, _ = await ask_all(self.backend, asks)
+        self.requests += requests
+        out = []
+        for i, (item, _) in enumerate(pairs):
+            first, second = asks[2 * i], asks[2 * i + 1]
+            uid, category = item.meta["uid"], item.meta["category"]
+            games = [ArenaGame(uid, category, a.result if a.failure is None else None, model_as_a=shown,
+                               judge=self.judge) for a, shown in ((first, False), (second, True))]
+            raw = {"answers": [list(first.texts), list(second.texts)],
+                   "problems": [first.problem, second.problem]}
+            out.append(ArenaHardJudgment(item.id, games[0], games[1], (first.failure, second.failure), raw))
+        return out

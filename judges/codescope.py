@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.base import PolicyItem
+from harness.errors import Failure
 from benchmarks.codescope import DIFF_TAGS, SMELLS
 
 
@@ -42,6 +43,14 @@ class CodeScopeChecker:
     @property
     def settings(self) -> dict[str, Any]:
         return {"checker": "codescope earliest-label extraction"}
+
+    def read(self, item: PolicyItem, text: str, j: Any) -> tuple[tuple[float | None, ...], dict[str, Any],
+                                                              tuple[tuple[str, Failure], ...]]:
+        """One judgment as its record reads it (`judges.policy`): the scores the benchmark's metrics take, the
+        trace fields they read, and (where, failure) of every part that failed."""
+        del text
+        trace = {"judgment": {"label": j.label, "gold": item.meta["gold"], "unextracted": j.label is None}}
+        return (float(j.correct),), trace, ()
 
     async def judge_all(self, pairs: Sequence[tuple[PolicyItem, str]], *, seed: int) -> list[LabelJudgment]:
         del seed

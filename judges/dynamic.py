@@ -33,7 +33,6 @@ import numpy as np
 
 from harness.backends.base import Backend, Constraint, Message, SamplingParams
 from harness.errors import ConfigError
-from harness.registry import register
 from harness.seeds import derive_seed
 from judges.base import SetScores, StageFailure, Trace, format_evaluator_spec, resolve_settings
 from judges.rubric import (
@@ -256,13 +255,11 @@ def _build(kind: str, settings: dict[str, str], pool: BackendPool, *, dynamic: b
     )
 
 
-@register("evaluator", "dynamic-rubric")
 def build_dynamic(settings: dict[str, str], pool: BackendPool) -> RubricEvaluator:
     """`dynamic-rubric:generator=SPEC[,verifier=SPEC,mode=...]`: the DR-Generator sees the candidates."""
     return _build("dynamic-rubric", settings, pool, dynamic=True)
 
 
-@register("evaluator", "static-rubric")
 def build_static(settings: dict[str, str], pool: BackendPool) -> RubricEvaluator:
     """`static-rubric:generator=SPEC[,...]`: the Rubrics-as-Rewards baseline, rubric from the prompt alone."""
     return _build("static-rubric", settings, pool, dynamic=False)

@@ -173,6 +173,16 @@ class MathChecker:
         ok, g, a = found
         return ok, g, a, None
 
+    def read(self, item: PolicyItem, text: str, j: Any) -> tuple[tuple[float | None, ...], dict[str, Any],
+                                                              tuple[tuple[str, Failure], ...]]:
+        """One judgment as its record reads it (`judges.policy`): the scores the benchmark's metrics take, the
+        trace fields they read, and (where, failure) of every part that failed."""
+        del item, text
+        score = None if j.verified is None else float(j.verified)
+        trace = {"judgment": {"verified": j.verified, "gold_parsed": j.gold_parsed, "answer_parsed": j.answer_parsed}}
+        failures = (("check", j.failure),) if j.failure is not None else ()
+        return (score,), trace, failures
+
     async def judge_all(self, pairs: Sequence[tuple[PolicyItem, str]], *, seed: int) -> list[MathJudgment]:
         """Check every (item, output) pair (concurrently, in the pool); aligned with `pairs`."""
         del seed

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.base import PolicyItem
+from harness.errors import Failure
 from harness.seeds import derive_seed
 
 _FIRST = re.compile(r"answer is \(?([A-J])\)?")
@@ -56,6 +57,15 @@ class MMLUProChecker:
     @property
     def settings(self) -> dict[str, Any]:
         return {"checker": "mmlu-pro extraction cascade", "random_guess": self.random_guess}
+
+    def read(self, item: PolicyItem, text: str, j: Any) -> tuple[tuple[float | None, ...], dict[str, Any],
+                                                              tuple[tuple[str, Failure], ...]]:
+        """One judgment as its record reads it (`judges.policy`): the scores the benchmark's metrics take, the
+        trace fields they read, and (where, failure) of every part that failed."""
+        del text
+        trace = {"judgment": {"letter": j.letter, "gold": item.meta["answer"], "unextracted": j.letter is None,
+                              "guessed": j.guessed}}
+        return (float(j.correct),), trace, ()
 
     async def judge_all(self, pairs: Sequence[tuple[PolicyItem, str]], *, seed: int) -> list[LetterJudgment]:
         del seed

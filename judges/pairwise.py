@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.metrics import both_orders_sum
 from harness.backends.base import Constraint, GenerateRequest, Message, SamplingParams
 from harness.errors import ConfigError, Failure, FailureCategory
-from harness.registry import register
 from harness.seeds import derive_seed
 from judges.base import SetScores, StageFailure, Trace, format_evaluator_spec, resolve_settings
 from judges.templates import load_template, render_template
@@ -308,7 +307,6 @@ def _in_game(g: int, a: int, b: int, failure: Failure) -> Failure:
     return Failure(failure.category, f"{where}: {failure.message}", failure.attempts)
 
 
-@register("evaluator", KIND)
 def build(settings: dict[str, str], pool: BackendPool) -> PairwiseJudge:
     """`pairwise-judge:model=SPEC[,temperature=0,max_tokens=512]`: an LLM compares pairs in both orders.
 

@@ -71,7 +71,6 @@ from typing import TYPE_CHECKING, Any
 
 from harness.backends.base import SCORE_HEADS, Message, ScoreRequest
 from harness.errors import ConfigError, ModelNotFoundError
-from harness.registry import register
 from judges.base import SetScores, StageFailure, Trace, format_evaluator_spec, resolve_settings
 
 if TYPE_CHECKING:
@@ -197,7 +196,6 @@ class ScalarRM:
         """Nothing to release: the backend belongs to the pool, which closes it."""
 
 
-@register("evaluator", KIND)
 def build(settings: dict[str, str], pool: BackendPool) -> ScalarRM:
     """`scalar-rm:model=SPEC[,with_responses=true,head=classifier|lm-token0]`: a reward model's scalar.
 

@@ -1,9 +1,10 @@
-"""WildBench v2 WB-Score: reading the checklist judge's 1-10 answer and computing the leaderboard scores.
+"""WildBench v2's checklist judge: its 1-10 answer read, the judge that asks for it (scored by
+`benchmarks.wildbench_score`).
 
 Upstream: `allenai/WildBench` (GitHub, Apache-2.0), snapshot `d6b8dcaf` (2024-08-01); the task set (with
 `checklist`, `primary_tag`, `secondary_tags`) is the Hugging Face dataset `allenai/WildBench`, config `v2`,
-1,024 tasks. This module holds the whole score protocol: parsing a judgment and scoring (the pure part, first),
-then the judge (`WildBenchJudge`, below) and `wildbench_result`, which turns its judgments into `wb_result`.
+1,024 tasks. This module reads a judgment (`parse_judgment`) and holds the judge (`WildBenchJudge`); the
+leaderboard's scores (WB-Score, groups, task-macro) are computed in `benchmarks.wildbench_score`.
 
 One per-task judge record (`eval_results/v2.0625/score.v2/eval=gpt-4o-2024-05-13/*.json`, abbreviated):
 `{"session_id": "ae006110bb364606", "model_test": "gpt-3.5-turbo-0125", "score": "8", "model_output": "...",
@@ -72,12 +73,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.wildbench import TASK_GROUPS
+from benchmarks.wildbench_score import TRUNCATION_MARKER, TaskScore, counts_in_groups
 from harness.backends.base import Constraint, Message, SamplingParams
 from harness.errors import ConfigError, Failure
 from judges.templates import render_template
@@ -117,30 +118,6 @@ __all__ = [
     "wb_score",
     "wildbench_result",
 ]
-
-GROUPS = (
-    "Creative Tasks",
-    "Planning & Reasoning",
-    "Math & Data Analysis",
-    "Information/Advice seeking",
-    "Coding & Debugging",
-)
-"""The five task groups, in the leaderboard's column order (`_merge_results.py:merge_scores`)."""
-
-GROUP_WEIGHTS: Mapping[str, float] = {
-    "Creative Tasks": 0.5,
-    "Planning & Reasoning": 1.25,
-    "Math & Data Analysis": 1.0,
-    "Information/Advice seeking": 0.75,
-    "Coding & Debugging": 1.25,
-}
-"""Group weights of the task-macro score (`_create_tables.py`, `weights_by_task`)."""
-
-LEADERBOARD_SCALE = 10
-"""The leaderboard prints `adjusted_score`, the group scores and the task-macro score times this."""
-
-TRUNCATION_MARKER = "... (truncated)"
-"""What upstream's `src/eval.py:shorten` appends to a response cut to its first words for the judge."""
 
 EMPTY_OUTPUT_JUDGMENT = json.dumps(
     {"strengths": "N/A", "weaknesses": "The model output is empty.", "score": "1"}
@@ -222,142 +199,6 @@ def is_empty_output(output: str) -> bool:
     return not output.strip()
 
 
-def counts_in_groups(output: str) -> bool:
-    """Whether a scored task enters the group scores and `avg_len` (`_create_tables.py`, `score` mode).
-
-    `output` is the response as shown to the judge; upstream stores it stripped and skips it when it is empty
-    or ends with `TRUNCATION_MARKER`.
-    """
-    shown = output.strip()
-    return bool(shown) and not shown.endswith(TRUNCATION_MARKER)
-
-
-def task_groups(tags: Iterable[str]) -> frozenset[str]:
-    """The groups of a task's tags (`primary_tag` and `secondary_tags`), deduplicated (`_create_tables.py`).
-
-    Raises:
-        ConfigError: on a tag outside `TASK_GROUPS`, or no tag at all.
-    """
-    tags = tuple(tags)
-    if not tags:
-        raise ConfigError("a WildBench task needs at least its primary_tag")
-    unknown = [t for t in tags if t not in TASK_GROUPS]
-    if unknown:
-        raise ConfigError(
-            f"unknown WildBench task tag(s) {unknown}; expected one of {', '.join(TASK_GROUPS)}"
-        )
-    return frozenset(TASK_GROUPS[t] for t in tags)
-
-
-def wb_score(scores: Sequence[float]) -> float:
-    """WB-Score, unscaled: (mean raw 1-10 score - 5) * 2 (`_create_tables.py`, `adjusted_score`).
-
-    Raises:
-        ValueError: on an empty sequence.
-    """
-    if len(scores) == 0:
-        raise ValueError("wb_score: no scores")
-    return (sum(scores) / len(scores) - 5) * 2
-
-
-def task_macro_score(group_scores: Mapping[str, float]) -> float:
-    """The weighted task-macro score from adjusted group scores (`_create_tables.py`, `task_macro_score`).
-
-    Sum of score x `GROUP_WEIGHTS[group]` over the groups given, divided by the sum of all five weights: a
-    missing group adds 0.
-
-    Raises:
-        ConfigError: on a group outside `GROUP_WEIGHTS`.
-    """
-    unknown = [g for g in group_scores if g not in GROUP_WEIGHTS]
-    if unknown:
-        raise ConfigError(f"unknown WildBench task group(s) {unknown}; expected one of {', '.join(GROUPS)}")
-    return sum(s * GROUP_WEIGHTS[g] for g, s in group_scores.items()) / sum(GROUP_WEIGHTS.values())
-
-
-@dataclass(frozen=True, slots=True)
-class TaskScore:
-    """One task's judgment, as `wb_result` takes it."""
-
-    score: float | None
-    """The parsed 1-10 score; None for a failed judgment."""
-    tags: tuple[str, ...]
-    """The task's `primary_tag` followed by its `secondary_tags`."""
-    output: str
-    """The response as shown to the judge (after upstream's shortening), for the group and length rules."""
-
-
-@dataclass(frozen=True, slots=True)
-class WBScoreResult:
-    """A policy's WB-Score numbers, with the leaderboard's field names where it has one (unscaled)."""
-
-    score: float | None
-    """Mean raw 1-10 score over the scored tasks; None when no task was scored."""
-    adjusted_score: float | None
-    """WB-Score, (score - 5) * 2; the leaderboard shows x`LEADERBOARD_SCALE`."""
-    task_categorized_scores: dict[str, float]
-    """Adjusted score per group that has at least one counted task."""
-    group_n: dict[str, int]
-    """Counted tasks per group (the groups of `task_categorized_scores`)."""
-    task_macro_score: float | None
-    """Weighted task-macro score of the group scores; None when no task was scored."""
-    n_scored: int
-    """Tasks with a score (upstream `total`)."""
-    n_failed: int
-    """Tasks without a score, left out of every mean."""
-    avg_len: float | None
-    """Mean characters of the shown responses counted in groups; None when there are none."""
-
-    def to_json(self) -> dict[str, Any]:
-        """The fields as a JSON-ready dict."""
-        return asdict(self)
-
-    def leaderboard(self) -> dict[str, Any]:
-        """The numbers as the leaderboard prints them: `WB_score`, each group's score and `WB_score.task_macro`,
-        all x`LEADERBOARD_SCALE` (None where there is no score)."""
-        def shown(value: float | None) -> float | None:
-            return None if value is None else value * LEADERBOARD_SCALE
-
-        return {
-            "WB_score": shown(self.adjusted_score),
-            **{f"WB_score.{g}": shown(s) for g, s in self.task_categorized_scores.items()},
-            "WB_score.task_macro": shown(self.task_macro_score),
-        }
-
-
-def wb_result(tasks: Sequence[TaskScore]) -> WBScoreResult:
-    """All WB-Score numbers of one policy from its per-task judgments (`_create_tables.py`, `score` mode).
-
-    Raises:
-        ValueError: on no tasks.
-        ConfigError: on a task with an unknown or no tag.
-    """
-    if not tasks:
-        raise ValueError("wb_result: no tasks")
-    groups = [task_groups(t.tags) for t in tasks]
-    scores: list[float] = []
-    by_group: dict[str, list[float]] = {}
-    lengths: list[int] = []
-    for task, task_group_set in zip(tasks, groups, strict=True):
-        if task.score is None:
-            continue
-        scores.append(task.score)
-        if not counts_in_groups(task.output):
-            continue
-        lengths.append(len(task.output.strip()))
-        for group in task_group_set:
-            by_group.setdefault(group, []).append(task.score)
-    group_scores = {g: wb_score(by_group[g]) for g in GROUPS if g in by_group}
-    return WBScoreResult(
-        score=sum(scores) / len(scores) if scores else None,
-        adjusted_score=wb_score(scores) if scores else None,
-        task_categorized_scores=group_scores,
-        group_n={g: len(by_group[g]) for g in group_scores},
-        task_macro_score=task_macro_score(group_scores) if scores else None,
-        n_scored=len(scores),
-        n_failed=len(tasks) - len(scores),
-        avg_len=sum(lengths) / len(lengths) if lengths else None,
-    )
 
 
 # --- the judge: one checklist-guided 1-10 score per (task, policy output) ---
@@ -513,6 +354,21 @@ class WildBenchJudge:
             values["history"] = "(none: the current query opens the conversation)"
         return render_template("wildbench_score", **values)
 
+    def read(self, item: PolicyItem, text: str, j: Any) -> tuple[tuple[float | None, ...], dict[str, Any],
+                                                              tuple[tuple[str, Failure], ...]]:
+        """One judgment as its record reads it (`judges.policy`): the scores the benchmark's metrics take, the
+        trace fields they read, and (where, failure) of every part that failed."""
+        del item
+        trace: dict[str, Any] = {
+            "judgment": {"score": j.score, "judged": j.judged, "raw": j.raw},
+            "in_groups": counts_in_groups(j.shown),
+            "shown_chars": len(j.shown.strip()),
+        }
+        if j.shown != text:
+            trace["shown"] = j.shown
+        failures = (("judge", j.failure),) if j.failure is not None else ()
+        return (j.score,), trace, failures
+
     async def judge_all(self, pairs: Sequence[tuple[PolicyItem, str]], *, seed: int) -> list[WildBenchJudgment]:
         """Score every (item, policy output) pair: one request each in one batch, one re-ask batch for the
         unreadable answers; empty outputs get score 1 without a request. Aligned with `pairs`.
@@ -544,34 +400,3 @@ class WildBenchJudge:
             raw["fallback"] = ask.result.fallback
             out[i] = WildBenchJudgment(item_id, ask.result.score, shown, raw=raw)
         return out  # type: ignore[return-value]
-
-
-def wildbench_result(judgments: Sequence[WildBenchJudgment], items: Sequence[PolicyItem]) -> WBScoreResult:
-    """WB-Score, group scores and task-macro (`wb_result`) of one policy's judgments, the tags from `items`.
-
-    The result is unscaled; the leaderboard prints `adjusted_score`, the group scores and `task_macro_score`
-    x`LEADERBOARD_SCALE` (10): `WBScoreResult.leaderboard()`. Failed judgments count in `n_failed` only.
-
-    Raises:
-        ConfigError: when the judgments and items do not match one to one (by id), or on an unknown tag.
-        ValueError: on no judgments.
-    """
-    by_id: dict[str, PolicyItem] = {}
-    for item in items:
-        if item.id in by_id:
-            raise ConfigError(f"WildBench task {item.id} is listed twice")
-        by_id[item.id] = item
-    seen: set[str] = set()
-    tasks = []
-    for judgment in judgments:
-        if judgment.item not in by_id:
-            raise ConfigError(f"judgment of {judgment.item}, which is not among the {len(by_id)} tasks given")
-        if judgment.item in seen:
-            raise ConfigError(f"WildBench task {judgment.item} has more than one judgment")
-        seen.add(judgment.item)
-        tasks.append(judgment.task_score(by_id[judgment.item]))
-    missing = [i for i in by_id if i not in seen]
-    if missing:
-        raise ConfigError(f"{len(missing)} WildBench task(s) have no judgment (first: {missing[0]}); record a "
-                          "failed judgment instead of leaving a task out")
-    return wb_result(tasks)

@@ -1,4 +1,4 @@
-"""WritingBench: the per-criterion judge (one 1-10 score per query criterion) and the benchmark's scores.
+"""WritingBench's per-criterion judge: one 1-10 score per query criterion (the scores: `benchmarks.writingbench_score`).
 
 Upstream: GitHub `X-PLUG/WritingBench` (Apache-2.0; paper arXiv 2503.05244), snapshot `ae2d517` (2025-12-19):
 `evaluate_benchmark.py`, `evaluator/llm.py`, `evaluator/critic.py`, `prompt.py` and `calculate_scores.py`.
@@ -22,14 +22,7 @@ The protocol, as upstream runs it:
   object with `score` and `reason`, `score in [1, ..., 10]` and `reason` a string (`parse_criterion_score`).
   So a fenced ```` ```json ```` block is read, text around the JSON is not, the string `"8"` and 7.5 are
   refused, and 8.0 counts as 8.
-- Scores (`calculate_scores.py`), all on the 1-10 scale; the leaderboard prints them x10 (README: "scaled from
-  10 to 100 by multiplying by 10"), here `overall_x10` and `LEADERBOARD_SCALE`:
-  - query score: mean of its criterion scores (`read_scores_file`, `scores_data`);
-  - overall: mean of ALL criterion scores, not of the query means (`read_scores_file`, `overall_avg`);
-  - per domain (`domain1`, and `domain2`): mean of the query scores in it (`calculate_domain_scores`);
-  - requirement dimensions (`calculate_requirement_scores`): `<dim>_R` = mean query score over the queries of
-    `<dim>_subset.jsonl`; `<dim>_C` = mean, over those queries, of the scores of the criteria that
-    `<dim>_subset_C.jsonl` lists for the query, looked up by criterion `name`.
+- Scores (`calculate_scores.py`): `benchmarks.writingbench_score`.
 
 Deviations, stated:
 - Retries: upstream samples the same prompt again, without a word on what was wrong, up to 5 times per
@@ -43,7 +36,6 @@ Deviations, stated:
 - The prompt is ours (`judges/prompts/writingbench_criterion.txt`, one user turn) unless `template` names
   upstream's two `prompt.py` strings written out as files (`evaluate_prompt.txt`, `evaluate_system.txt`).
   `structured=True` (default) also sends a JSON schema (integer score 1..10, string reason).
-- `<dim>_R` / `<dim>_C` with no query are None here (upstream prints 0).
 """
 
 from __future__ import annotations
@@ -55,7 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.writingbench import DIMENSIONS
 from harness.backends.base import Constraint, Message, SamplingParams
 from harness.errors import ConfigError, Failure
 from harness.seeds import derive_seed
@@ -67,29 +58,18 @@ if TYPE_CHECKING:
     from harness.backends.base import Backend
 
 __all__ = [
-    "DOMAIN1_ORDER",
-    "LEADERBOARD_SCALE",
     "SCORE_CONSTRAINT",
     "THINK_MARKER",
-    "RequirementScore",
     "WritingBenchJudge",
     "WritingBenchJudgment",
-    "WritingBenchResult",
     "fill_upstream",
     "parse_criterion_score",
     "read_upstream_template",
-    "requirement_score",
     "strip_think",
-    "writingbench_result",
 ]
 
-LEADERBOARD_SCALE = 10
-"""The leaderboard prints every score x this (1-10 -> 10-100)."""
 THINK_MARKER = "</think>\n\n"
 """What upstream's `process_gen_field` cuts a response after (its first occurrence)."""
-DOMAIN1_ORDER = ("Academic & Engineering", "Finance & Business", "Politics & Law", "Literature & Arts",
-                 "Education", "Advertising & Marketing")
-"""`calculate_scores.py:DOMAIN1_ORDER`, the column order of the domain scores."""
 UPSTREAM_PROMPT = "evaluate_prompt.txt"
 UPSTREAM_SYSTEM = "evaluate_system.txt"
 _SCORES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)  # upstream's `valid_score_values`: `in` takes 8.0, not 7.5
@@ -308,6 +288,16 @@ class WritingBenchJudge:
         )
         return (Message("user", text),)
 
+    def read(self, item: PolicyItem, text: str, j: Any) -> tuple[tuple[float | None, ...], dict[str, Any],
+                                                              tuple[tuple[str, Failure], ...]]:
+        """One judgment as its record reads it (`judges.policy`): the scores the benchmark's metrics take, the
+        trace fields they read, and (where, failure) of every part that failed."""
+        del text
+        names = [c["name"] for c in item.meta["criteria"]]
+        scores = tuple(None if j.scores.get(n) is None else float(j.scores[n]) for n in names)
+        failures = tuple((f"judge criterion {n!r}", f) for n, f in j.failures.items())
+        return scores, {"judgment": j.to_json()}, failures
+
     async def judge_all(
         self, pairs: Sequence[tuple[PolicyItem, str]], *, seed: int
     ) -> list[WritingBenchJudgment]:
@@ -346,175 +336,3 @@ class WritingBenchJudge:
 def _seeded(params: SamplingParams, seed: int) -> SamplingParams:
     return SamplingParams(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
                           seed=seed, constraint=params.constraint)
-
-
-# --- scores ---
-
-
-@dataclass(frozen=True, slots=True)
-class RequirementScore:
-    """One requirement dimension's scores (`calculate_scores.py:calculate_requirement_scores`), 1-10."""
-
-    r_score: float | None
-    """`<dim>_R`: mean query score over the subset's queries that have one; None when none has."""
-    c_score: float | None
-    """`<dim>_C`: mean score of the `_C` criteria of those queries; None when none was scored."""
-    n_queries: int
-    """Queries in `r_score`."""
-    n_criteria: int
-    """Criterion scores in `c_score`."""
-    n_criteria_failed: int
-    """`_C` criteria of those queries that failed (left out of `c_score`)."""
-    n_queries_failed: int
-    """Subset queries judged with no criterion scored (in neither mean)."""
-    n_not_judged: int
-    """Subset queries without a judgment (upstream skips them too)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WritingBenchResult:
-    """A policy's WritingBench scores on the 1-10 scale (the leaderboard shows them x`LEADERBOARD_SCALE`)."""
-
-    overall: float | None
-    """Mean of all scored criterion scores (upstream `Overall`); None when none was scored."""
-    overall_x10: float | None
-    """`overall` x 10, as the leaderboard prints it."""
-    domain1: dict[str, float]
-    """Mean query score per primary domain (`DOMAIN1_ORDER` first, then any other, in order of appearance)."""
-    domain1_n: dict[str, int]
-    """Queries with a score per primary domain."""
-    domain2: dict[str, float]
-    """Mean query score per sub-domain."""
-    requirements: dict[str, RequirementScore]
-    """Per requirement dimension asked for (`style`, `format`, `length`)."""
-    n_queries: int
-    """Judged queries with at least one scored criterion (upstream `Count`)."""
-    n_queries_failed: int
-    """Judged queries with no criterion scored (in no mean)."""
-    n_criteria: int
-    """Scored criteria (the `overall` mean's count)."""
-    n_failed: int
-    """Failed criteria, left out of every mean."""
-    n_not_judged: int
-    """Items given without a judgment."""
-
-    def to_json(self) -> dict[str, Any]:
-        """The fields, with each dimension as upstream's `<dim>_R` / `<dim>_C` (and its counts)."""
-        out: dict[str, Any] = {k: getattr(self, k) for k in self.__slots__ if k != "requirements"}
-        for dim, r in self.requirements.items():
-            out[f"{dim}_R"], out[f"{dim}_C"] = r.r_score, r.c_score
-            out[f"{dim}_n"] = {k: getattr(r, k) for k in r.__slots__ if k not in ("r_score", "c_score")}
-        return out
-
-
-def _by_item(judgments: Sequence[WritingBenchJudgment]) -> dict[str, WritingBenchJudgment]:
-    found: dict[str, WritingBenchJudgment] = {}
-    for j in judgments:
-        if j.item in found:
-            raise ConfigError(f"two WritingBench judgments for item {j.item!r}")
-        found[j.item] = j
-    return found
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def requirement_score(judgments: Sequence[WritingBenchJudgment], subset: Sequence[PolicyItem],
-                      subset_c: Sequence[PolicyItem]) -> RequirementScore:
-    """`<dim>_R` and `<dim>_C` of one dimension from `subset` (`<dim>_subset.jsonl`) and `subset_c`
-    (`<dim>_subset_C.jsonl`); the `_C` criteria are looked up by `name` among the judged ones.
-
-    Raises:
-        ConfigError: for a judged subset query missing from `subset_c`, or a `_C` criterion the query's
-            judgment does not have (both `KeyError` upstream).
-    """
-    judged = _by_item(judgments)
-    c_names = {item.id: [c["name"] for c in item.meta["criteria"]] for item in subset_c}
-    r, c = [], []
-    failed = queries_failed = not_judged = 0
-    for item in subset:
-        j = judged.get(item.id)
-        if j is None:
-            not_judged += 1
-            continue
-        if j.score is None:
-            queries_failed += 1
-            continue
-        r.append(j.score)
-        if item.id not in c_names:
-            raise ConfigError(f"WritingBench requirement subset: {item.id} is not in the _C file")
-        for name in c_names[item.id]:
-            if name not in j.scores:
-                raise ConfigError(
-                    f"WritingBench requirement subset: {item.id} has no judged criterion {name!r}"
-                )
-            if j.scores[name] is None:
-                failed += 1
-            else:
-                c.append(j.scores[name])
-    return RequirementScore(_mean(r), _mean(c), len(r), len(c), failed, queries_failed, not_judged)
-
-
-def writingbench_result(
-    judgments: Sequence[WritingBenchJudgment], items: Sequence[PolicyItem], *,
-    requirements: Mapping[str, tuple[Sequence[PolicyItem], Sequence[PolicyItem]]] | None = None,
-) -> WritingBenchResult:
-    """All WritingBench scores of one policy (`calculate_scores.py`; see the module docstring).
-
-    Args:
-        judgments: One per judged item.
-        items: The items judged (their domains and criteria); items without a judgment are counted only.
-        requirements: Dimension (`style`, `format`, `length`) -> (the `<dim>` subset's items, the `<dim>_C`
-            subset's items), for `<dim>_R` / `<dim>_C`.
-
-    Raises:
-        ConfigError: for a judgment of an unknown item, two of one item, criteria that are not the item's, or
-            an unknown dimension.
-    """
-    by_id = {item.id: item for item in items}
-    judged = _by_item(judgments)
-    for j in judgments:
-        if j.item not in by_id:
-            raise ConfigError(f"a WritingBench judgment for {j.item!r}, which is not among the items")
-        extra = set(j.scores) - {c["name"] for c in by_id[j.item].meta["criteria"]}
-        if extra:
-            raise ConfigError(
-                f"the WritingBench judgment of {j.item} scores criteria the item lacks: {sorted(extra)}"
-            )
-    every: list[int] = []
-    d1: dict[str, list[float]] = {d: [] for d in DOMAIN1_ORDER}
-    d2: dict[str, list[float]] = {}
-    failed = queries_failed = 0
-    for item in items:
-        j = judged.get(item.id)
-        if j is None:
-            continue
-        failed += len(j.failures)
-        every += [s for s in j.scores.values() if s is not None]
-        if j.score is None:
-            queries_failed += 1
-            continue
-        d1.setdefault(item.meta["domain1"], []).append(j.score)
-        d2.setdefault(item.meta["domain2"], []).append(j.score)
-    reqs = {}
-    for dim, (subset, subset_c) in (requirements or {}).items():
-        if dim not in DIMENSIONS:
-            raise ConfigError(
-                f"unknown WritingBench requirement dimension {dim!r}; valid: {', '.join(DIMENSIONS)}"
-            )
-        reqs[dim] = requirement_score(judgments, subset, subset_c)
-    overall = _mean(every)
-    return WritingBenchResult(
-        overall=overall,
-        overall_x10=None if overall is None else overall * LEADERBOARD_SCALE,
-        domain1={d: _mean(v) for d, v in d1.items() if v},  # type: ignore[misc]
-        domain1_n={d: len(v) for d, v in d1.items() if v},
-        domain2={d: _mean(v) for d, v in d2.items()},  # type: ignore[misc]
-        requirements=reqs,
-        n_queries=len(judged) - queries_failed,
-        n_queries_failed=queries_failed,
-        n_criteria=len(every),
-        n_failed=failed,
-        n_not_judged=len(by_id) - len(judged),
-    )

@@ -23,9 +23,7 @@ NDCG_TIES = "scikit-learn ndcg_score convention: tied predicted scores get the a
 
 def benchmark(name: str) -> Any:
     """The registered benchmark `name` (every benchmark module imported first)."""
-    from benchmarks import register_all
 
-    register_all()
     return lookup("benchmark", name)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from benchmarks.scoring import Metric, metric_of
 from harness.errors import ConfigError
-from harness.registry import lookup, register
+from harness.registry import lookup
 from reports.paper import TABLE1, TABLE2, TABLE6, TABLE8
 from reports.results import benchmark
 
@@ -168,7 +168,6 @@ TABLE1_SPEC = TableSpec(
     ),
     paper=TABLE1,
 )
-register("table", "table1")(TABLE1_SPEC)
 
 
 # --- policy tables: rows are policies, answers judged by one judge model ---
@@ -283,8 +282,6 @@ FIG3_SPEC = TableSpec(
            "Figure 3 as bars; its values are not recorded here.",),
     figure=True,
 )
-for _spec in (TABLE2_SPEC, TABLE6_SPEC, TABLE8_SPEC, FIG3_SPEC):
-    register("table", _spec.name)(_spec)
 
 
 def get_table(name: str) -> TableSpec:

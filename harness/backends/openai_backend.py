@@ -105,7 +105,6 @@ from harness.backends.http_bounds import BODY_LIMIT, ResponseTooLarge, bounded_t
 from harness.backends.openai_served import PROBE_QUESTION, ServedRoles, _usage
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory
 from harness.redact import holds_secret, register_secret, scrub_secrets, scrub_tree
-from harness.registry import register
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +192,6 @@ class _Fault:
     retry_after: float | None = None
 
 
-@register("backend", "openai")
 class OpenAIBackend(ServedRoles, BaseBackend):
     """An OpenAI-compatible server behind the `Backend` protocol.
 

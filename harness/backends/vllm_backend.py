@@ -85,7 +85,6 @@ from harness.backends.local import (
 )
 from harness.backends.merge import CallMerger
 from harness.errors import BackendUnavailableError, ConfigError, Failure
-from harness.registry import register
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +105,6 @@ def engine_max_logprobs(options: BackendOptions) -> int:
     return max(MIN_MAX_LOGPROBS, options.top_logprobs)
 
 
-@register("backend", "vllm")
 class VLLMBackend(BaseBackend):
     """vLLM's offline engine in this process: prefix caching, merged batches, tensor/data parallelism.
 

@@ -920,7 +920,6 @@ def doctor(
 @list_app.command("models")
 def list_models() -> None:
     """Model aliases and the backend kinds that take KIND:NAME specs."""
-    import harness.backends  # noqa: F401  (registers backends and aliases)
     from harness.registry import lookup, names
 
     typer.echo("backend kinds (spec KIND:NAME):")
@@ -943,10 +942,8 @@ def list_tables() -> None:
 @list_app.command("benchmarks")
 def list_benchmarks() -> None:
     """Registered benchmarks: kind, the paper's name, the metrics they declare (headline first), and source."""
-    from benchmarks import register_all
     from harness.registry import lookup, names
 
-    register_all()
     for name in names("benchmark"):
         bench = lookup("benchmark", name)
         doc = (type(bench).__doc__ or "").strip().splitlines()
@@ -958,16 +955,13 @@ def list_benchmarks() -> None:
 def list_evaluators() -> None:
     """Evaluator kinds and their settings; a spec is KIND:key=value,... (e.g. dynamic-rubric:generator=smollm2-135m)."""
     from harness.registry import lookup, names
-    from judges import register_all
 
-    register_all()
     for kind in names("evaluator"):
         doc = (lookup("evaluator", kind).__doc__ or "").strip().splitlines()
         typer.echo(f"{kind:<16} {doc[0] if doc else ''}")
 
 
 def _list_kind(kind: str) -> None:
-    import reports.tables  # noqa: F401  (registers the tables)
     from harness.registry import names
 
     found = names(kind)

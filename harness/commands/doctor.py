@@ -85,7 +85,6 @@ def run_doctor(*, base_urls: list[str], echo: Callable[[str], None]) -> bool:
         rows.append((False, "cache dir", f"not writable: {exc}"))
     rows.append((True, "call cache", str(call_cache_path())))
 
-    import harness.backends  # noqa: F401  (registers aliases)
     from harness.registry import lookup, names
 
     for alias in names("model"):

@@ -170,9 +170,7 @@ def show_plan(plan: Any, options: Any, endpoints: Mapping[str, Any] | None = Non
     from harness.plan import local_models
     from harness.pool import BackendPool
 
-    from benchmarks import register_all
 
-    register_all()
     pool = BackendPool(options=options, endpoints=endpoints)
     ready = Prepared()
     unavailable = {}

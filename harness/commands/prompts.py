@@ -90,10 +90,8 @@ def benchmark_prompts(
     Raises:
         ConfigError: for an evaluator benchmark, or an option its loader does not take (listing those it does).
     """
-    from benchmarks import register_all
     from harness.registry import lookup
 
-    register_all()
     benchmark = lookup("benchmark", name)
     if benchmark.kind != "policy":
         raise ConfigError(

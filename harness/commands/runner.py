@@ -163,11 +163,9 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
         ConfigError: an unknown or unloadable benchmark, an evaluator that cannot be built, or nothing left to
             run; with `skip_unavailable` only the last.
     """
-    from benchmarks import register_all
 
     from harness.registry import did_you_mean, lookup
 
-    register_all()
     stray = sorted(set(plan.bench_options) - set(plan.benchmarks))
     if stray:  # a misspelt name would be recorded in the manifest and silently ignored
         raise ConfigError(f"bench_options: {stray[0]!r} is not a benchmark of this run"
@@ -229,15 +227,16 @@ def _build_rows(plan: RunPlan, ready: Prepared, into: dict[str, Any], what: str,
 
 
 def _prepare_policies(plan: RunPlan, pool: Any, ready: Prepared) -> Prepared:
-    from judges.policy import JUDGED_BENCHMARKS, build_judge
+    from judges.policy import build_judge, judged_benchmarks
 
     from harness.registry import did_you_mean
 
     assert plan.judge is not None
-    unknown = sorted(set(plan.judge.settings) - set(JUDGED_BENCHMARKS))
+    judged = judged_benchmarks()
+    unknown = sorted(set(plan.judge.settings) - set(judged))
     if unknown:
-        raise ConfigError(f"judge_settings names {', '.join(unknown)}{did_you_mean(unknown[0], JUDGED_BENCHMARKS)}, "
-                          f"which no judge reads; judged: {', '.join(JUDGED_BENCHMARKS)}")
+        raise ConfigError(f"judge_settings names {', '.join(unknown)}{did_you_mean(unknown[0], judged)}, "
+                          f"which no judge reads; judged: {', '.join(judged)}")
     try:
         with pool.recording() as judge_keys:
             if plan.judge.model is not None:
@@ -442,7 +441,7 @@ def make_policy_work(plan: RunPlan, ready: Prepared):
         raw = completion.texts[0]
         text = strip_thinking(raw) if plan.generation.strip_thinking else raw
         [judgment] = await judge.judge_all([(item, text)], seed=seed)
-        judged = read_judgment(bench, item, text, judgment)
+        judged = read_judgment(bench, judge, item, text, judgment)
         answer = {"raw": raw, "cached": completion.cached}
         if text != raw:
             answer["judged"] = text

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import register_all, scoring
+from benchmarks import scoring
 from harness.records import EvalRecord
 from harness.registry import lookup, names, register
 from harness.runstore import Manifest
 
 
 def test_every_benchmark_declares_its_metrics():
-    register_all()
     for name in names("benchmark"):
         bench = lookup("benchmark", name)
         assert isinstance(bench.display, str) and bench.display

@@ -89,3 +89,55 @@ def test_the_scan_catches_a_function_level_import(tmp_path: Path) -> None:
     module = tmp_path / "lazy.py"
     module.write_text("def f():\n    from judges import load_evaluator\n    return load_evaluator\n")
     assert [m for _, m in _imports(module) if _is_upper(m)] == ["judges", "judges.load_evaluator"]
+
+
+PACKAGES = ("harness", "harness.commands", "benchmarks", "judges", "reports", "training")
+
+
+def _package_of(module: str) -> str | None:
+    """The package a module belongs to (`harness.commands` apart from the low layer), or None (third party)."""
+    for package in sorted(PACKAGES, key=len, reverse=True):
+        if module == package or module.startswith(package + "."):
+            return package
+    return None
+
+
+def _package_graph() -> dict[str, dict[str, list[str]]]:
+    """Package -> the packages its modules import (function-level imports included) -> where."""
+    graph: dict[str, dict[str, list[str]]] = {p: {} for p in PACKAGES}
+    for top in ("harness", "benchmarks", "judges", "reports", "training"):
+        for name, path in _modules(ROOT / top).items():
+            if name == "harness.__main__":  # the entry point onto the CLI, not part of the low layer
+                continue
+            source = _package_of(name)
+            for line, module in _imports(path):
+                target = _package_of(module)
+                if target is not None and target != source and source is not None:
+                    graph[source].setdefault(target, []).append(f"{path.relative_to(ROOT)}:{line}")
+    return graph
+
+
+def test_benchmarks_never_import_judges() -> None:
+    """A benchmark owns its data and its scoring; judges (what calls a model) build on benchmarks, not back."""
+    assert _package_graph()["benchmarks"].get("judges", []) == []
+
+
+def test_no_package_forms_an_import_circle() -> None:
+    graph = _package_graph()
+    order: list[str] = []
+    state: dict[str, str] = {}
+
+    def visit(package: str, path: list[str]) -> None:
+        if state.get(package) == "done":
+            return
+        assert state.get(package) != "open", f"import circle: {' -> '.join([*path, package])}: " + "; ".join(
+            graph[a][b][0] for a, b in zip([*path, package], [*path, package][1:]) if b in graph[a])
+        state[package] = "open"
+        for target in graph[package]:
+            visit(target, [*path, package])
+        state[package] = "done"
+        order.append(package)
+
+    for package in PACKAGES:
+        visit(package, [])
+    assert order.index("benchmarks") < order.index("judges") < order.index("harness.commands")

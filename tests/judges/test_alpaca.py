@@ -17,7 +17,7 @@ from harness.errors import ConfigError, FailureCategory
 
 pytest.importorskip("alpaca_eval", reason="the policy extra (alpaca-eval) is not installed")
 
-from judges.alpaca import alpaca_metrics, check_alignment, length_controlled  # noqa: E402
+from benchmarks.alpaca_eval2_score import alpaca_metrics, check_alignment, length_controlled  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,6 @@ class JudgeServer:
 
 
 def _items(alpaca_dir: Path, n: int):
-    import benchmarks.alpaca_eval2  # noqa: F401  (registers it)
     from harness.registry import lookup
 
     return lookup("benchmark", "alpaca_eval2").load(data_dir=alpaca_dir.parent, limit=n)

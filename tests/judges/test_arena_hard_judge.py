@@ -1,4 +1,4 @@
-"""The Arena-Hard v2.0 judge (`judges.arena_hard_judge.ArenaHardJudge`) against a loopback OpenAI-compatible judge
+"""The Arena-Hard v2.0 judge (`judges.arena_hard.ArenaHardJudge`) against a loopback OpenAI-compatible judge
 server, on real questions and baseline answers from the local question file: two games per question with the
 positions swapped, verdicts mapped to the right games, re-asks, failures, faults, the regex constraint, the
 per-category system prompt and upstream's prompts read from the user's copy."""
@@ -15,24 +15,22 @@ import yaml
 from judge_fakes import judge_all_closing, loopback_judge_backend
 
 from benchmarks.arena_hard import load_arena_hard
+from benchmarks.arena_hard_score import AnswerStyle, ArenaGame, answer_styles, arena_hard_score
 from benchmarks.base import PolicyItem
 from harness.backends.base import Message
 from harness.errors import ConfigError, FailureCategory
 from harness.seeds import derive_seed
-from judges.arena_hard import AnswerStyle, ArenaGame
-from judges.arena_hard_judge import (
-    VERDICT_CONSTRAINT,
-    ArenaHardJudge,
-    _read_verdict,
-    answer_styles,
-    fill_upstream_template,
-    score_judgments,
-)
+from judges.arena_hard import VERDICT_CONSTRAINT, ArenaHardJudge, _read_verdict, fill_upstream_template
 from judges.templates import load_template, render
 
 _SECTION = r"<\|The Start of Assistant {0}'s Answer\|>\n(.*?)\n<\|The End of Assistant {0}'s Answer\|>"
 _A, _B = (re.compile(_SECTION.format(x), re.DOTALL) for x in "AB")
 _QUALITY = re.compile(r"QUALITY=(\d)")
+
+
+def games(judgments) -> list[ArenaGame]:
+    """Every game of the judgments, as the benchmark's metric scores them."""
+    return [g for j in judgments for g in j.games]
 
 
 def shown(user: str) -> tuple[str, str]:
@@ -163,7 +161,7 @@ def test_two_games_per_question_with_the_positions_swapped(hard_items: list[Poli
 def test_the_score_of_the_judged_games_by_hand(hard_items: list[PolicyItem]):
     _, found = _run(JudgeServer(), list(zip(hard_items, OUTPUTS)))
     seed = 5
-    c = score_judgments(found, seed=seed).category("hard_prompt")
+    c = arena_hard_score(games(found), seed=seed).category("hard_prompt")
     assert c.baseline == "o3-mini-2025-01-31"
     assert c.win_rate == pytest.approx(2 / 3)
     counts = ("n_questions", "n_games", "n_battles", "n_ties", "n_unparsed", "n_dropped")
@@ -184,7 +182,7 @@ def test_style_control_reads_the_policy_text_and_the_baseline_metadata(hard_item
     assert model[uid] == AnswerStyle(40, 1, 2, 1)
     assert baseline[uid] == AnswerStyle.from_metadata(hard_items[0].meta["baseline_metadata"])
     _, found = _run(JudgeServer(), pairs)
-    result = score_judgments(found, styles=(model, baseline))
+    result = arena_hard_score(games(found), style_control=True, model_style=model, baseline_style=baseline)
     c = result.category("hard_prompt")
     assert result.style_control and len(c.style_coefs) == 4 and c.lower <= c.score <= c.upper
     with pytest.raises(ConfigError, match="3 token counts for 4 answers"):
@@ -216,7 +214,7 @@ def test_an_unlabelled_answer_is_reasked_a_hopeless_one_fails_and_faults_are_ret
     assert len(retried) == 2 * 12  # every request was refused once, retried by the backend, then answered
     assert all("structured_outputs" not in b for b in server.bodies)
     # The hopeless question is dropped and counted: rows [1] + [1], [0.5] + [0.5], [1, 1, 1] + [1, 1, 1].
-    c = score_judgments(found).category("hard_prompt")
+    c = arena_hard_score(games(found)).category("hard_prompt")
     assert [c.n_questions, c.n_games, c.n_unparsed, c.n_dropped, c.n_battles] == [3, 6, 2, 1, 10]
     assert c.win_rate == pytest.approx(9 / 10)
 
@@ -249,7 +247,7 @@ def test_creative_writing_uses_its_own_system_prompt(creative_items: list[Policy
     assert [b["messages"][0]["content"] for b in _bodies_of(server, hard_items[0])] == [hard, hard]
     assert [(j.baseline_as_a.category, j.baseline_as_a.verdict, j.model_as_a.verdict) for j in found[:2]] == [
         ("creative_writing", "B>A", "A>B"), ("creative_writing", "A>>B", "B>>A")]
-    result = score_judgments(found)
+    result = arena_hard_score(games(found))
     c = result.category("creative_writing")
     assert c.baseline == "gemini-2.0-flash-001" and c.win_rate == pytest.approx(2 / 8)  # [1] + [1], 6 zeros
     assert result.category("hard_prompt").win_rate == 0.5
@@ -298,7 +296,7 @@ def test_the_prompts_come_from_the_folder_given(shared_data: Path, tmp_path: Pat
 
 
 def test_bad_prompts_and_items_are_config_errors(tmp_path: Path, hard_items: list[PolicyItem]):
-    from judges.arena_hard_judge import read_upstream_prompts
+    from judges.arena_hard import read_upstream_prompts
 
     with pytest.raises(ConfigError, match="cannot read upstream's system_prompt_hard_prompt.txt"):
         read_upstream_prompts(tmp_path)

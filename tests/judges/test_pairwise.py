@@ -67,7 +67,6 @@ class FakeJudge(BaseBackend):
 
 def load(spec: str, pool: BackendPool):
     """Build an evaluator from its spec through the registry (as `judges.load_evaluator` does)."""
-    import judges.pairwise  # noqa: F401  (registers the kind)
 
     kind, settings = parse_evaluator_spec(spec)
     return lookup("evaluator", kind)(settings, pool)

@@ -45,7 +45,6 @@ def rm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def load_evaluator(spec: str, pool: BackendPool):
     """Build an evaluator from its spec through the registry (as `judges.load_evaluator` does)."""
-    import judges.scalar_rm  # noqa: F401  (registers the kind)
 
     kind, settings = parse_evaluator_spec(spec)
     return lookup("evaluator", kind)(settings, pool)

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ConfigError
-from judges.wildbench import (
-    EMPTY_OUTPUT_JUDGMENT,
+from benchmarks.wildbench_score import (
     GROUP_WEIGHTS,
     GROUPS,
     LEADERBOARD_SCALE,
@@ -23,14 +21,13 @@ from judges.wildbench import (
     TRUNCATION_MARKER,
     TaskScore,
     counts_in_groups,
-    is_empty_output,
-    parse_judgment,
-    parse_score,
     task_groups,
     task_macro_score,
     wb_result,
     wb_score,
 )
+from harness.errors import ConfigError
+from judges.wildbench import EMPTY_OUTPUT_JUDGMENT, is_empty_output, parse_judgment, parse_score
 
 JUDGE_JSON = """{
     "strengths": "The response lists the three steps the user asked for and gives a working example.",

@@ -15,20 +15,18 @@ import pytest
 from judge_fakes import judge_all_closing, loopback_judge_backend
 
 from benchmarks.wildbench import to_item
+from benchmarks.wildbench_score import LEADERBOARD_SCALE, TRUNCATION_MARKER, wb_result
 from harness.backends.openai_backend import PROBE_QUESTION
 from harness.errors import ConfigError, FailureCategory
 from harness.loopback import chat_completion, json_response, serve_in_thread
 from judges.wildbench import (
     EMPTY_OUTPUT_JUDGMENT,
     JUDGE_MAX_TOKENS,
-    LEADERBOARD_SCALE,
-    TRUNCATION_MARKER,
     WildBenchJudge,
     checklist_markdown,
     fill_upstream_template,
     read_upstream_template,
     shorten,
-    wildbench_result,
 )
 
 CHECKLIST = ["Does the response answer the question asked?", "Is the code correct?"]
@@ -108,7 +106,7 @@ def test_scores_are_parsed_and_aggregated_to_the_hand_computed_wb_score():
     assert all(j.failure is None and j.judged for j in found)
     assert [j.raw["fallback"] for j in found] == [False, False, True, False]
     assert [j.shown for j in found] == outputs and judge.requests == 4
-    r = wildbench_result(found, items)
+    r = wb_result([j.task_score(item) for j, item in zip(found, items, strict=True)])
     # mean 6.75 -> (6.75 - 5) * 2 = 3.5; groups (s - 5) * 2: Coding 6, P&R 6 (Reasoning), Math 2, Creative -2
     # (Creative Writing + Editing, counted once), Info 8; macro = (6*1.25 + 6*1.25 + 2*1 - 2*0.5 + 8*0.75) / 4.75
     assert r.score == pytest.approx(6.75) and r.adjusted_score == pytest.approx(3.5)
@@ -122,10 +120,6 @@ def test_scores_are_parsed_and_aggregated_to_the_hand_computed_wb_score():
     assert shown["WB_score"] == pytest.approx(3.5 * LEADERBOARD_SCALE) == pytest.approx(35.0)
     assert shown["WB_score.task_macro"] == pytest.approx(46.315789, abs=1e-6)
     assert shown["WB_score.Creative Tasks"] == pytest.approx(-20.0)
-    with pytest.raises(ConfigError, match="no judgment"):
-        wildbench_result(found[:3], items)
-    with pytest.raises(ConfigError, match="more than one judgment"):
-        wildbench_result(found + found[:1], items)
 
 
 def test_the_prompt_holds_history_query_output_and_checklist():
@@ -155,7 +149,7 @@ def test_an_unparsable_answer_is_reasked_and_a_hopeless_one_is_a_parse_failure()
     assert hopeless.score is None and hopeless.failure.category is FailureCategory.PARSE
     assert hopeless.failure.attempts == 2 and len(hopeless.raw["answers"]) == 2
     assert plain.score == 7.0 and judge.requests == 5  # three, and two re-asks
-    r = wildbench_result(found, items)
+    r = wb_result([j.task_score(item) for j, item in zip(found, items, strict=True)])
     assert (r.n_scored, r.n_failed) == (2, 1)
     assert r.score == pytest.approx(6.0) and r.task_categorized_scores == {"Math & Data Analysis": pytest.approx(2.0)}
 
@@ -167,7 +161,7 @@ def test_an_empty_output_is_not_sent_and_scores_1():
     assert server.bodies == [] and judge.requests == 0
     assert (found.score, found.judged, found.failure) == (1.0, False, None)
     assert found.raw == {"answers": [], "fallback": False, "fixed": EMPTY_OUTPUT_JUDGMENT}
-    r = wildbench_result([found], [item])
+    r = wb_result([found.task_score(item)])
     assert r.adjusted_score == pytest.approx(-8.0) and r.task_categorized_scores == {} and r.avg_len is None
 
 
@@ -183,7 +177,7 @@ def test_a_long_output_is_shortened_with_the_marker_and_left_out_of_the_groups()
     assert found[0].shown in sent and "w4" not in sent
     assert "word word word word word" + TRUNCATION_MARKER in sent  # the query is cut to the same limit
     assert len(server.bodies) == 2  # the empty output was not sent
-    r = wildbench_result(found, items)
+    r = wb_result([j.task_score(item) for j, item in zip(found, items, strict=True)])
     # overall: 10, 6 and the empty output's 1; groups: only the short answer (upstream skips truncated and empty)
     assert r.score == pytest.approx(17 / 3) and (r.n_scored, r.n_failed) == (3, 0)
     assert r.task_categorized_scores == {"Math & Data Analysis": pytest.approx(2.0)}

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from judge_fakes import judge_all_closing, loopback_judge_backend
 
+from benchmarks.writingbench_score import QueryScores, writingbench_result
 from harness.backends.openai_backend import PROBE_QUESTION
 from harness.errors import ConfigError, Failure, FailureCategory
 from judges.writingbench import (
@@ -21,7 +22,6 @@ from judges.writingbench import (
     parse_criterion_score,
     read_upstream_template,
     strip_think,
-    writingbench_result,
 )
 
 HOPELESS = "I'd give it a solid 7 out of 10."
@@ -84,6 +84,17 @@ def _run(judge, backend, pairs, seed=0):
 
 def _names(item) -> list[str]:
     return [c["name"] for c in item.meta["criteria"]]
+
+
+def _queries(judgments, items):
+    """The judged queries as the benchmark's scores read them (`QueryScores`)."""
+    by_id = {item.id: item for item in items}
+    return [QueryScores(j.item, by_id[j.item].meta["domain1"], by_id[j.item].meta["domain2"], dict(j.scores))
+            for j in judgments]
+
+
+def _requirement(subset, subset_c) -> tuple[list[str], dict[str, list[str]]]:
+    return [item.id for item in subset], {item.id: _names(item) for item in subset_c}
 
 
 # Items 23 and 24 are Academic & Engineering / Experiments, 58 is Finance & Business / User Research.
@@ -162,7 +173,7 @@ def test_a_hopeless_answer_is_a_parse_failure_counted_and_left_out(scenario):
 
 def test_overall_and_domain_scores_by_hand(scenario, shared_data: Path):
     items, found, _, _ = scenario
-    result = writingbench_result(found, items)
+    result = writingbench_result(_queries(found, items))
     assert result.overall == pytest.approx(77 / 14) and result.overall == pytest.approx(5.5)
     assert result.overall_x10 == pytest.approx(55.0)
     assert result.domain1 == pytest.approx({"Academic & Engineering": 6.5, "Finance & Business": 3.0})
@@ -170,13 +181,12 @@ def test_overall_and_domain_scores_by_hand(scenario, shared_data: Path):
     assert result.domain1_n == {"Academic & Engineering": 2, "Finance & Business": 1}
     assert result.domain2 == pytest.approx({"Experiments": 6.5, "User Research": 3.0})
     assert (result.n_queries, result.n_criteria, result.n_failed, result.n_queries_failed) == (3, 14, 1, 0)
-    assert result.n_not_judged == 0
 
 
 def test_requirement_scores_look_criteria_up_by_name(scenario, shared_data: Path):
     items, found, _, _ = scenario
     subset, subset_c = _items(shared_data), _items(shared_data, "length_C")
-    result = writingbench_result(found, items, requirements={"length": (subset, subset_c)})
+    result = writingbench_result(_queries(found, items), requirements={"length": _requirement(subset, subset_c)})
     length = result.requirements["length"]
     # _C criteria: 23 -> Word_Count_and_Content_Density (9), 24 -> Structural Coherence... (5), 58 -> Length
     # and Content Relevance (the hopeless one: failed, left out).
@@ -186,7 +196,7 @@ def test_requirement_scores_look_criteria_up_by_name(scenario, shared_data: Path
     row = result.to_json()
     assert row["length_R"] == pytest.approx(16 / 3) and row["length_C"] == pytest.approx(7.0)
     with pytest.raises(ConfigError, match="dimension 'tone'"):
-        writingbench_result(found, items, requirements={"tone": (subset, subset_c)})
+        writingbench_result(_queries(found, items), requirements={"tone": _requirement(subset, subset_c)})
 
 
 def test_failed_queries_and_bad_inputs(scenario):
@@ -196,15 +206,13 @@ def test_failed_queries_and_bad_inputs(scenario):
     dead = WritingBenchJudgment(items[0].id, dict.fromkeys(names), dict.fromkeys(names),
                                 dict.fromkeys(names, failure))
     assert dead.score is None and dead.failure == failure
-    result = writingbench_result([dead, found[2]], items)
-    assert (result.n_queries, result.n_queries_failed, result.n_failed, result.n_not_judged) == (1, 1, 6, 1)
+    result = writingbench_result(_queries([dead, found[2]], items))
+    assert (result.n_queries, result.n_queries_failed, result.n_failed) == (1, 1, 6)
     assert result.overall == pytest.approx(3.0) and result.domain1 == {"Finance & Business": 3.0}
-    assert writingbench_result([], items).overall is None
+    assert writingbench_result([]).overall is None
     assert WritingBenchJudgment.from_json(json.loads(json.dumps(found[2].to_json()))) == found[2]
     with pytest.raises(ConfigError, match="two WritingBench judgments"):
-        writingbench_result([found[0], found[0]], items)
-    with pytest.raises(ConfigError, match="not among the items"):
-        writingbench_result(found, items[:2])
+        writingbench_result(_queries([found[0], found[0]], items))
 
 
 def test_http_faults_are_retried_by_the_backend(shared_data: Path):

@@ -43,11 +43,9 @@ class FlakyPolicy(TableServer):
 
 def prompts(data: Path, pick) -> set[str]:
     """The user prompts of the items `pick(index)` selects, in each benchmark's first LIMIT items."""
-    from benchmarks import register_all
 
     from harness.registry import lookup
 
-    register_all()
     found = set()
     for bench in BENCHES:
         for index, item in enumerate(lookup("benchmark", bench).load(data_dir=data, limit=LIMIT)):

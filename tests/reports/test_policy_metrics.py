@@ -74,8 +74,9 @@ def test_alpaca_win_rates_through_the_table_path_equal_the_leaderboard(alpaca_re
 
 
 def test_alpaca_lc_is_alpaca_evals_glm_or_says_why_not(alpaca_records, monkeypatch, tmp_path: Path):
-    import judges.alpaca as alpaca
     from alpaca_fakes import gamed_frame
+
+    import benchmarks.alpaca_eval2 as alpaca
 
     cell = _cell(alpaca_records[:10], "alpaca_eval2")  # a --limit run
     assert "needs all 805 instructions judged; the run holds 10" in cell["unavailable"]["lc_win_rate"][0]
@@ -115,7 +116,7 @@ def _wild(item: str, score, tags: list[str], *, in_groups: bool = True) -> EvalR
 
 
 def test_wildbench_task_macro_matches_wb_result_and_skips_failures():
-    from judges.wildbench import TaskScore, wb_result
+    from benchmarks.wildbench_score import TaskScore, wb_result
 
     records = [_wild("a", 8.0, ["Coding & Debugging"]), _wild("b", 6.0, ["Creative Writing", "Math"]),
                _wild("c", 3.0, ["Information seeking"]), _wild("d", None, ["Math"]),
@@ -134,7 +135,7 @@ def test_wildbench_task_macro_matches_wb_result_and_skips_failures():
 
 
 def _arena(item: str, category: str, verdicts: tuple[str | None, str | None]) -> EvalRecord:
-    from judges.arena_hard import LABEL_POINTS
+    from benchmarks.arena_hard_score import LABEL_POINTS
 
     games = [{"uid": item, "category": category, "verdict": v, "model_as_a": shown, "judge": "j"}
              for v, shown in zip(verdicts, (False, True))]
@@ -174,15 +175,11 @@ def test_a_cell_whose_every_judgment_failed_has_no_value_and_says_so():
 
 
 def test_writingbench_overall_is_the_mean_over_scored_criteria():
-    from judges.writingbench import WritingBenchJudgment, writingbench_result
-    from benchmarks.base import PolicyItem
+    from benchmarks.writingbench_score import QueryScores, writingbench_result
 
     scores = {"w1": (8.0, 6.0, None), "w2": (3.0,), "w3": ()}
     records = [_record("writingbench", k, v, meta={"domain1": "d", "domain2": "e"}) for k, v in scores.items()]
     cell = _cell(records, "writingbench")["overall"]
     assert cell["value"] == pytest.approx((8 + 6 + 3) / 3 / 10) and cell["n_failed"] == 2
-    items = [PolicyItem(k, (), {"criteria": [{"name": f"c{i}"} for i in range(len(v))], "domain1": "d",
-                                "domain2": "e"}) for k, v in scores.items()]
-    judgments = [WritingBenchJudgment(k, {f"c{i}": None if s is None else int(s) for i, s in enumerate(v)},
-                                      {f"c{i}": "r" for i in range(len(v))}) for k, v in scores.items()]
-    assert cell["value"] * 10 == pytest.approx(writingbench_result(judgments, items).overall)
+    queries = [QueryScores(k, "d", "e", {f"c{i}": s for i, s in enumerate(v)}) for k, v in scores.items()]
+    assert cell["value"] * 10 == pytest.approx(writingbench_result(queries).overall)

@@ -162,7 +162,7 @@ def _judged(r: dict) -> str:
 
 
 def test_table2_through_a_loopback_policy_and_judge(tmp_path: Path, data_dir: Path):
-    from judges.arena_hard import ArenaGame, arena_hard_score
+    from benchmarks.arena_hard_score import ArenaGame, arena_hard_score
 
     server = TableServer()
     with serve_in_thread(server) as url:

@@ -1,4 +1,4 @@
-"""Arena-Hard v2.0 scoring (`judges.arena_hard`) on hand-built verdict sets, checked against hand arithmetic,
+"""Arena-Hard v2.0 scoring (`benchmarks.arena_hard_score`) and the judge's label reader on hand-built verdict sets, checked against hand arithmetic,
 the real baseline answers' style metadata, and torch's L-BFGS as upstream configures it."""
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.errors import ConfigError
-from harness.seeds import derive_seed
-from judges.arena_hard import (
+from benchmarks.arena_hard_score import (
     BASELINES,
     AnswerStyle,
     ArenaGame,
     arena_hard_score,
     battles,
     fit_bradley_terry,
-    parse_verdict,
     style_features,
 )
+from harness.errors import ConfigError
+from harness.seeds import derive_seed
+from judges.arena_hard import parse_verdict
 
 
 def pair(uid: str, category: str, baseline_as_a: str | None, model_as_a: str | None, judge: str = "") -> list:
