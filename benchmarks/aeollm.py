@@ -39,7 +39,7 @@ Official scoring (Space `baseline_example/eval.py`): per question, over the answ
 scores, 1 if the evaluator orders them the same way, 0.5 if it gives them equal scores, 0 otherwise; Acc = sum
 / #pairs (1 if all human scores tie); also |Kendall tau| and |Spearman rho| between human and evaluator scores
 (NaN -> 0); per-question values averaged (inferred). The paper's Table 1 reports AEOLLM Acc. and nDCG, which
-we compute with the listwise metrics (DESIGN.md §4): strict top-1 accuracy and nDCG with rel = K - rank.
+we compute with the listwise metrics (`benchmarks.metrics`): strict top-1 accuracy and nDCG with rel = K - rank.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Benchmark items, the benchmark protocols, and the helpers loaders share.
 
-An evaluator benchmark yields items; each item becomes one `score_set` call (DESIGN.md §2): pairwise items with K=2,
-listwise items with K=len(responses). A policy benchmark yields prompts for a policy to answer, each with what its
-judge needs (`PolicyItem`). Items are frozen records; nothing here imports torch.
+An evaluator benchmark yields items; each item becomes one `score_set` call (`judges.base.Evaluator`): pairwise
+items with K=2, listwise items with K=len(responses). A policy benchmark yields prompts for a policy to answer,
+each with what its judge needs (`PolicyItem`). Items are frozen records; nothing here imports torch.
 
 A benchmark loads from `data_dir/<folder>/` holding the upstream files in their original formats when a data dir is
 given, else from its Hugging Face dataset through `datasets` (the real path users run).
@@ -77,7 +77,8 @@ class PolicyItem:
 
 @runtime_checkable
 class Benchmark(Protocol):
-    """What every evaluator benchmark implements; registered with `@register("benchmark", name)`."""
+    """What every evaluator benchmark implements; catalogued by name (`harness.catalog`, or a plugin's entry
+    point in the group `harness.benchmark`)."""
 
     name: str
     """Registry name (`judgebench`, `rm_bench`, ...)."""
@@ -95,9 +96,12 @@ class Benchmark(Protocol):
 
 @runtime_checkable
 class PolicyBenchmark(Protocol):
-    """What every policy benchmark implements; registered with `@register("benchmark", name)` like the others.
+    """What every policy benchmark implements; catalogued by name like the others, with its judge under the
+    registry kind "judge" by the same name.
 
-    `harness generate --benchmark NAME` answers its items' `messages`; its judge (`judges/`) reads their `meta`.
+    `harness generate --benchmark NAME` answers its items' `messages`; its judge (`judges/`) reads their `meta`
+    and reads its judgments into record parts (`read`); `record_fields` says what every record of an item carries
+    (the meta its metrics group by, the trace fields they read), judged or not.
     """
 
     name: str
@@ -109,6 +113,10 @@ class PolicyBenchmark(Protocol):
 
     def load(self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0) -> list[PolicyItem]:
         """The benchmark's items in the upstream order; `limit` keeps the first N."""
+        ...
+
+    def record_fields(self, item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
+        """(meta, trace fields) every record of `item` carries."""
         ...
 
 

@@ -1,4 +1,4 @@
-"""Evaluator metrics: strict pairwise and top-1 accuracy, nDCG, upstream rules, bootstrap CIs (DESIGN.md §4).
+"""Evaluator metrics: strict pairwise and top-1 accuracy, nDCG, upstream rules, bootstrap CIs.
 
 Conventions (every evaluator number the project reports follows these):
 

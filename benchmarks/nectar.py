@@ -17,8 +17,8 @@ Two uses, split by `source` so the evaluation prompts never serve as training an
   string the authors' build notebook writes). The size of this subset is not known offline (27 of a 100-row
   authors' sample).
 - `nectar_anchors()`: every other row (anthropic-hh, sharegpt, UltraFeedback's sources ...) as `AnchorSet`s,
-  the responses in gold rank order, for the generator's anchor reward (DESIGN.md §1). Training-side filtering
-  (the paper's Appendix B rules) is left to the training code.
+  the responses in gold rank order, for the generator's anchor reward (`judges.rubric.anchor_reward`).
+  Training-side filtering (the paper's Appendix B rules) is left to the training code.
 
 Items: responses in upstream `answers` order (which is *not* rank order), gold rank = int(`rank`) (1.0 best
 ... 7.0 worst; float-typed but integer-valued; the ranking prompt asked GPT-4 to break ties, so every row must
@@ -39,7 +39,7 @@ JSON lines in `rlaif.jsonl`). The project's reference folder holds only two abla
 repository (format samples: 194 rows with ranks but no `source`, 100 rows with `source` but no ranks); they
 are not the benchmark and are used only to test the row mapping.
 
-Scoring: listwise metrics (DESIGN.md §4): strict top-1 accuracy (the rank-1 response must get the unique
+Scoring: listwise metrics (`benchmarks.metrics`): strict top-1 accuracy (the rank-1 response must get the unique
 highest score) and nDCG over the 7 responses with rel = K - rank. Nectar itself publishes no evaluation rule.
 """
 

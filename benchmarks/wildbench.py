@@ -32,8 +32,8 @@ per earlier turn ("" for a single-turn task) and `user_query` = the last turn's 
 judge applies upstream's `shorten` to its word limit). The GPT-4 `references` are not kept (WB-Reward compares
 against other models' outputs, not them).
 
-Official scoring (`benchmarks/wildbench_score.py`): WB-Score, the checklist judge's 1-10 score per task, `(mean - 5) * 2`,
-plus the weighted task-macro over five task groups.
+Official scoring (`benchmarks/wildbench_score.py`): WB-Score, the checklist judge's 1-10 score per task,
+`(mean - 5) * 2`, plus the weighted task-macro over five task groups.
 """
 
 from __future__ import annotations

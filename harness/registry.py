@@ -1,9 +1,10 @@
 """The one registry of everything that exists: backends, models, benchmarks, evaluators, policy judges, tables.
 
 A dict keyed by kind and name. The harness's own entries come from `harness.catalog` as `module:attribute`
-targets, imported on first lookup (as lm-eval's registry does), so listing names costs no import. A plugin or a
-test adds an entry with `declare` (a target, imported when looked up) or `register` (an object, or as a
-decorator). Looking up an unknown name suggests the closest and lists the valid ones; a name taken twice is an
+targets, imported on first lookup (as lm-eval's registry does), so listing names costs no import. An installed
+package adds its own through entry points (group `harness.benchmark`, `harness.judge`, ...: `NAME =
+"module:attribute"`); code adds one with `declare` (a target, imported when looked up) or `register` (an object,
+or as a decorator). Looking up an unknown name suggests the closest and lists the valid ones; a name taken twice is an
 error.
 """
 
@@ -23,11 +24,25 @@ _REGISTRY: dict[str, dict[str, Any]] = {}
 
 
 def _seed() -> None:
-    if not _TARGETS:
-        from harness.catalog import BUILTIN
+    """Fill the targets once: the catalog's, then every installed plugin's (entry point groups `harness.KIND`,
+    each entry `NAME = module:attribute`, as a package declares them in its pyproject.toml)."""
+    if _TARGETS:
+        return
+    from importlib.metadata import entry_points
 
-        for kind, entries in BUILTIN.items():
-            _TARGETS.setdefault(kind, {}).update(entries)
+    from harness.catalog import BUILTIN
+
+    for kind, entries in BUILTIN.items():
+        _TARGETS.setdefault(kind, {}).update(entries)
+    for kind in KINDS:
+        for entry in entry_points(group=f"harness.{kind}"):
+            if entry.name in _TARGETS.setdefault(kind, {}):
+                raise ValueError(f"plugin {entry.value!r}: duplicate {kind} name {entry.name!r}")
+            _TARGETS[kind][entry.name] = entry.value
+
+
+KINDS = ("backend", "model", "benchmark", "evaluator", "judge", "table")
+"""What the registry holds."""
 
 
 def declare(kind: str, name: str, target: str) -> None:

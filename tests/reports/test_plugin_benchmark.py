@@ -1,0 +1,135 @@
+"""A new policy benchmark, with its own metric, judge and table, added as one module plus its registration (an
+installed package's entry points), runs through `harness run`, `report` and `compare` like the built-in ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from harness.loopback import chat_completion, json_response, serve_in_thread
+
+MODULE = '''
+"""Toy: say a number bigger than the one asked for; a judge model says whether it is."""
+
+from typing import Any
+
+import numpy as np
+
+from benchmarks.base import PolicyItem
+from benchmarks.scoring import Metric
+from harness.backends.base import GenerateRequest, Message, SamplingParams, user_chat
+from harness.errors import Failure, FailureCategory
+from reports.tables import Column, PolicySetup, Row, TableSpec
+
+
+def _judged(r) -> bool:
+    return bool(r.scores) and r.scores[0] is not None
+
+
+BIGGER = Metric("bigger", "Bigger", "share of answers the judge found bigger", lambda r: r.scores[0] if _judged(r)
+                else 0.0, lambda r: False, weights=lambda rs: np.array([float(_judged(r)) for r in rs]),
+                failed=lambda r: not _judged(r))
+
+
+class Toy:
+    name, display, kind, metrics = "toy", "Toy", "policy", (BIGGER,)
+
+    def load(self, *, data_dir=None, limit=None, seed=0):
+        items = [PolicyItem(f"toy:{n}", (Message("user", f"Say a number bigger than {n}."),), {"n": n})
+                 for n in range(6)]
+        return items[:limit]
+
+    def record_fields(self, item):
+        return {"n": str(item.meta["n"])}, {}
+
+
+class ToyJudge:
+    def __init__(self, backend, *, strict: bool = True):
+        self.backend, self.strict, self.requests = backend, strict, 0
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {"strict": self.strict}
+
+    async def judge_all(self, pairs, *, seed):
+        asks = [GenerateRequest(user_chat(f"Is {text!r} bigger than {item.meta['n']}? yes or no"),
+                                SamplingParams(max_tokens=4)) for item, text in pairs]
+        self.requests += len(asks)
+        return await self.backend.generate(asks)
+
+    def read(self, item, text, completion):
+        if not completion.ok:
+            return (None,), {"judgment": None}, (("judge", completion.error),)
+        said = completion.texts[0].strip().lower()
+        if said not in ("yes", "no"):
+            return (None,), {"judgment": said}, (("judge", Failure(FailureCategory.PARSE, f"said {said!r}")),)
+        return (1.0 if said == "yes" else 0.0,), {"judgment": said}, ()
+
+
+TOY = Toy()
+TOY_TABLE = TableSpec(
+    name="toy_table", title="Toy", rows=(Row("Policy", None, {"paper": "openai:p", "cpu": "openai:p"}),),
+    columns=(Column("toy", "bigger"),), paper={},
+    setups={"paper": PolicySetup(judge="openai:judge"), "cpu": PolicySetup(judge="openai:judge")}, default_seeds=1,
+)
+'''
+
+ENTRY_POINTS = """
+[harness.benchmark]
+toy = toy_bench:TOY
+
+[harness.judge]
+toy = toy_bench:ToyJudge
+
+[harness.table]
+toy_table = toy_bench:TOY_TABLE
+"""
+
+
+async def server(request):
+    """Policies `good` say a bigger number, `bad` a smaller one; the judge checks it."""
+    if request.path.endswith("/models"):
+        return json_response({"object": "list", "data": []})
+    body = request.json()
+    text = body["messages"][-1]["content"]
+    if text.startswith("Is "):
+        said, n = text.split("'")[1], int(text.rsplit(" than ", 1)[1].split("?")[0])
+        return json_response(chat_completion(["yes" if int(said) > n else "no"]))
+    n = int(text.rsplit(" than ", 1)[1].rstrip("."))
+    return json_response(chat_completion([str(n + 1 if body["model"] == "good" or n % 2 else n - 1)]))
+
+
+def test_a_plugin_benchmark_runs_through_run_report_and_compare(tmp_path: Path):
+    plugin = tmp_path / "plugin"
+    (plugin / "toy-0.1.dist-info").mkdir(parents=True)
+    (plugin / "toy_bench.py").write_text(textwrap.dedent(MODULE))
+    (plugin / "toy-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: toy\nVersion: 0.1\n")
+    (plugin / "toy-0.1.dist-info" / "entry_points.txt").write_text(ENTRY_POINTS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin), str(Path.cwd())]),
+           "HARNESS_CALL_CACHE": str(tmp_path / "calls.sqlite")}
+
+    def harness(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                              timeout=600, env=env)
+
+    listed = harness("list", "benchmarks")
+    assert listed.returncode == 0 and "toy " in listed.stdout and "bigger" in listed.stdout
+    with serve_in_thread(server) as url:
+        for name, policy in (("base", "good"), ("cand", "bad")):
+            config = tmp_path / f"{name}.yaml"
+            config.write_text(json.dumps({"rows": {"Policy": f"openai:{policy}"}, "backend": {"base_url": url}}))
+            done = harness("run", "toy_table", "--config", str(config), "--out", str(tmp_path / name))
+            assert done.returncode == 0, done.stderr
+    base = json.loads((tmp_path / "base" / "results.json").read_text())["results"]["Policy"]["benchmarks"]
+    cand = json.loads((tmp_path / "cand" / "results.json").read_text())["results"]["Policy"]["benchmarks"]
+    assert base["toy"]["bigger"]["value"] == 1.0 and cand["toy"]["bigger"]["value"] == 0.5
+    assert "| Policy | **100.0** |" in (tmp_path / "base" / "table.md").read_text()
+    report = harness("report", str(tmp_path / "cand"))
+    assert report.returncode == 0 and "| Policy | **50.0** |" in report.stdout, report.stdout + report.stderr
+    gate = harness("compare", str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "gate"))
+    cells = json.loads((tmp_path / "gate" / "compare.json").read_text())["cells"]
+    assert [(c["benchmark"], c["metric"], c["diff"]) for c in cells] == [("toy", "bigger", -0.5)], gate.stdout
