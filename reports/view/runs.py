@@ -1,0 +1,161 @@
+"""One run as the page's overview shows it: its table as `table.md` renders it (the paper's numbers beside
+ours), the counts under it, its settings and model identities from the manifest, and its failure summary.
+
+Read-only and model-free, like `harness report`: a partial run (one still being written, or killed) is shown as
+far as its records go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError, FailureCategory
+from harness.records import EvalRecord
+from harness.runstore import Manifest, OutputPaths, RecordLog
+
+# The cells exactly as table.md prints them (value, decimals, bold and underline marks, the paper's row), and
+# the notes `harness report` writes under it.
+from reports.render import best_marks, cell_value, conventions, format_cell, paper_cells, render_markdown
+from reports.report import adhoc_table, policy_notes
+from reports.results import compute_results
+from reports.tables import TableSpec, get_table
+
+
+@dataclass(frozen=True, slots=True)
+class RunData:
+    """A run directory as read for the page."""
+
+    path: Path
+    manifest: dict[str, Any]
+    records: list[EvalRecord]
+    torn: bool
+    """The last line of records.jsonl was incomplete (a run is writing it, or was killed) and is left out."""
+
+    @property
+    def rows(self) -> dict[str, str]:
+        """Row label -> evaluator spec (policy tables: the policy's model spec)."""
+        return self.manifest["rows"]
+
+
+def read_run_dir(path: Path, what: str = "RUN") -> RunData:
+    """The manifest and records of a run of `harness run` or `harness eval`.
+
+    Raises:
+        ConfigError: naming `what` and the path when it holds no such run.
+    """
+    from reports.fig2 import panels_of
+
+    path = Path(path)
+    paths = OutputPaths.run_dir(path)
+    figure = panels_of(path) if path.is_dir() else None
+    if figure is not None:
+        shown = ", ".join(f"{path / name}" for name in figure["panels"])
+        raise ConfigError(f"{what} {path}: a figure of panels ({figure['table']}); each panel is a run: view one "
+                          f"of {shown}")
+    if path.is_file() or not paths.manifest.is_file():
+        raise ConfigError(f"{what} {path}: not a run directory (no manifest.json); `harness view` takes the run "
+                          "directory of `harness run` or `harness eval`")
+    manifest = Manifest(paths.manifest).read()
+    if manifest.get("command") not in ("run", "eval") or "rows" not in manifest:
+        command = manifest.get("command", "?")
+        raise ConfigError(f"{what} {path}: the manifest is of `harness {command}`, not of a run")
+    log = RecordLog(paths.records, EvalRecord)
+    return RunData(path, manifest, log.records(), log.torn_line)
+
+
+def table_spec(run: RunData) -> TableSpec:
+    """The table the run renders: its registered table (rows it ran), or the ad-hoc table of `harness eval`."""
+    table = (run.manifest.get("config") or {}).get("table")
+    if table:
+        spec = get_table(table)
+        return dataclasses.replace(spec, rows=tuple(r for r in spec.rows if r.label in run.rows))
+    benches = run.manifest.get("benchmark_kinds") or dict.fromkeys(r.benchmark for r in run.records)
+    return adhoc_table(run.rows, list(benches))
+
+
+def _notes(run: RunData, spec: TableSpec, results: dict[str, Any]) -> list[str]:
+    """The notes `harness report` prints under the table."""
+    manifest, config = run.manifest, run.manifest.get("config") or {}
+    notes = [f"preset: {config.get('preset', '-')}; repeats: {config.get('seeds')}; records: {len(run.records)}; "
+             f"status: {manifest.get('status')}"]
+    if run.torn:
+        notes.append("the last line of records.jsonl is incomplete (a run is writing it, or was killed): ignored")
+    notes += [f"{what} unavailable: {why}" for what, why in (manifest.get("unavailable") or {}).items()]
+    notes += [f"{label}: {ev}" for label, ev in run.rows.items()]
+    return notes + policy_notes(manifest, results) + list(spec.notes)
+
+
+def _table(spec: TableSpec, results: dict[str, Any]) -> dict[str, Any]:
+    marks = best_marks(spec, results)
+    rows = []
+    for row in spec.rows:
+        cells, counts = [], []
+        for col in spec.columns:
+            mark = marks.get((row.label, col.key), "").split()
+            cells.append({"text": format_cell(cell_value(results, row.label, col), col), "bench": col.benchmark,
+                          "best": "best" in mark, "best_dynamic": "best-dynamic" in mark})
+            cell = results.get(row.label, {}).get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
+            counts.append(f"{cell['n'] * cell['repeats']} ({cell['n_failed']} failed), ties {cell['tie_rate']:.0%}"
+                          if cell else "-")
+        rows.append({"label": row.label, "spec": results.get(row.label, {}).get("evaluator"), "cells": cells,
+                     "counts": counts, "paper": paper_cells(spec, row.paper), "paper_label": row.paper})
+    return {"title": spec.title, "kind": spec.kind, "head": "Policy" if spec.kind == "policy" else "Evaluator",
+            "columns": [spec.header(c) for c in spec.columns],
+            "descriptions": [f"{spec.header(c)}: {c.declared().description}" for c in spec.columns],
+            "conventions": conventions(spec), "rows": rows}
+
+
+def failure_place(entry: dict[str, Any]) -> str:
+    """Where a trace's failure happened, responses and rubric items counted from 1 as the page shows them."""
+    place = str(entry.get("stage") or "?")
+    if entry.get("response") is not None:
+        place += f", response {entry['response'] + 1}"
+    if entry.get("item") is not None:
+        place += f", rubric item {entry['item'] + 1}"
+    return place
+
+
+def failure_summary(run: RunData) -> list[dict[str, Any]]:
+    """Failures by (evaluator, benchmark, category): how many, whether a rerun retries them, one example."""
+    count: Counter[tuple[str, str, str]] = Counter()
+    example: dict[tuple[str, str, str], str] = {}
+    for r in run.records:
+        for f in r.trace.get("failures") or ():
+            key = (r.evaluator, r.benchmark, str(f.get("category")))
+            count[key] += 1
+            example.setdefault(key, f"{failure_place(f)}: {f.get('message')}")
+    labels = {spec: [label for label, s in run.rows.items() if s == spec] for spec in set(run.rows.values())}
+    return [{"rows": labels.get(ev, [ev]), "evaluator": ev, "bench": bench, "category": cat, "count": n,
+             "retried": not FailureCategory(cat).final, "example": example[(ev, bench, cat)]}
+            for (ev, bench, cat), n in sorted(count.items())]
+
+
+def _settings(run: RunData) -> list[list[Any]]:
+    """[section, mapping] pairs for the settings panel, as the manifest records them."""
+    m = run.manifest
+    settings = m.get("settings") or {}
+    run_part = {"directory": str(run.path), "command": " ".join(["harness", *(m.get("argv") or [])]),
+                "status": m.get("status"), "started": m.get("started"), "ended": m.get("ended"),
+                "records": len(run.records), "git": m.get("git"), "versions": m.get("versions")}
+    data = {"limit": settings.get("limit"), "repeats": settings.get("seeds"), "seed": settings.get("seed"),
+            "fingerprints": settings.get("data"), "items": m.get("dataset_sizes"),
+            "options": settings.get("bench_options") or None, "unavailable": m.get("unavailable") or None}
+    out = [["Run", run_part], ["Data", data], ["Rows", run.rows], ["Models", settings.get("models") or {}]]
+    for key, title in (("evaluator_settings", "Evaluator settings"), ("judge", "Judge"),
+                       ("generation", "Generation"), ("lacking", "What the backends lacked")):
+        if m.get(key):
+            out.append([title, m[key]])
+    return out
+
+
+def overview(run: RunData) -> dict[str, Any]:
+    """The overview of one run (see the module docstring), with `markdown`: table.md's text as rendered now."""
+    spec = table_spec(run)
+    results = compute_results(run.records, run.rows)
+    notes = _notes(run, spec, results)
+    return {"table": _table(spec, results), "notes": notes, "settings": _settings(run),
+            "failures": failure_summary(run), "markdown": render_markdown(spec, results, notes)}
