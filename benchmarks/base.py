@@ -10,6 +10,8 @@ given, else from its Hugging Face dataset through `datasets` (the real path user
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -118,6 +120,20 @@ class PolicyBenchmark(Protocol):
     def record_fields(self, item: PolicyItem) -> tuple[dict[str, str], dict[str, Any]]:
         """(meta, trace fields) every record of `item` carries."""
         ...
+
+
+def fingerprint(items: Sequence[Any]) -> str:
+    """A short hash of every item's id, prompt, responses and gold label (policy items: messages and what the
+    judge reads), in order: what a run records of the data it loaded, and what `harness view` checks."""
+    h = hashlib.sha256()
+    for item in items:
+        if hasattr(item, "messages"):
+            chat = [[m.role, m.content] for m in item.messages]
+            h.update(json.dumps([item.id, chat, item.meta], ensure_ascii=False, sort_keys=True, default=str).encode())
+            continue
+        gold = item.preferred if hasattr(item, "preferred") else list(item.gold_ranks)
+        h.update(json.dumps([item.id, item.prompt, list(item.responses), gold], ensure_ascii=False).encode())
+    return h.hexdigest()[:16]
 
 
 def randomise_pair(item_id: str, preferred_text: str, other_text: str, *, seed: int) -> tuple[tuple[str, str], int]:

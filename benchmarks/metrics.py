@@ -223,6 +223,29 @@ def paired_bootstrap_ci(
     return float(lo), float(hi)
 
 
+def macro_bootstrap_ci(
+    columns: Sequence[tuple[Sequence[float], Sequence[float] | None]],
+    *,
+    n_resamples: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of a macro mean: the mean over columns of each column's (weighted) mean of
+    its per-item values. `columns`: (values, weights or None) per column. Each resample draws every column's items
+    with replacement, each column on its own (the columns are different benchmarks with different items).
+    """
+    if not columns:
+        raise ValueError("macro_bootstrap_ci: no columns")
+    _check_ci(n_resamples, alpha)
+    rng = np.random.default_rng(seed)
+    means = np.column_stack([
+        _resampled_means([arr], _weights(weights, arr.size), n_resamples, int(rng.integers(2**32)))[:, 0]
+        for arr, weights in ((_floats(v, f"columns[{i}]"), w) for i, (v, w) in enumerate(columns))
+    ])
+    lo, hi = np.nanquantile(means.mean(axis=1), [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
 def mcnemar_exact(base_only: int, candidate_only: int) -> float:
     """Two-sided exact McNemar p-value from the discordant pairs.
 

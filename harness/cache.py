@@ -6,12 +6,17 @@ messages, the semantic sampling parameters and the sample index. Timeouts, concu
 A failed call is never stored, so a rerun retries it. With greedy decoding the seed does not change the output and is
 left out of the key. A reward model's score (`score`) is keyed by the conversation, the head and `max_length`, and
 stored with the input's token counts; a loglikelihood (`loglikelihood`) by the context and the continuation.
+
+Identical requests in flight at once are sent once: a request whose key another call (or an earlier request of the
+same batch) is already sending waits for that answer and counts as a hit. What a run asks twice at the same moment,
+such as one generator's rubric for a set that several verifiers verify, so costs one call whatever the scheduling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -292,6 +297,17 @@ def _completion_from(values: list[object], *, with_logprobs: bool, cached: bool,
     return Completion(texts, usage, None, cached=cached, logprobs=logprobs, continues_prefix=not fresh)
 
 
+async def _landed(waits: Sequence[tuple[int, asyncio.Future]], results: list[Any]) -> None:
+    """Fill `results` with the answers the requests in `waits` waited for: a served answer as a cache hit (it cost
+    this request nothing), a failure as it is (failures are never shared beyond the moment)."""
+    for idx, future in waits:
+        answer = await future
+        if answer.ok:
+            spent = {"usage": Usage()} if hasattr(answer, "usage") else {}
+            answer = dataclasses.replace(answer, cached=True, **spent)
+        results[idx] = answer
+
+
 class CachedBackend:
     """Wraps a backend so every call goes through the call cache; counts calls and hits.
 
@@ -316,6 +332,8 @@ class CachedBackend:
         """Tokens the backend reported for the requests this wrapper sent (cache hits spend none)."""
         self._probe: asyncio.Future | None = None
         self._probe_ok = False
+        self._flying: dict[tuple[str, ...], asyncio.Future] = {}
+        """Cache keys of the requests being sent now -> the future of their answer."""
 
     def identity(self) -> dict[str, str]:
         return self._identity
@@ -360,6 +378,8 @@ class CachedBackend:
             if usage is not None:
                 self.prompt_tokens += usage.prompt_tokens
                 self.completion_tokens += usage.completion_tokens
+            elif getattr(result, "kept", None) is not None:  # a reward model's score: the tokens it read
+                self.prompt_tokens += result.kept
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         if self.cache is None:
@@ -385,31 +405,75 @@ class CachedBackend:
                 )
             else:
                 todo.append(idx)
-        self.hits += len(requests) - len(todo)
-        self.calls += len(todo)
-        self.cache.count(hits=len(requests) - len(todo), misses=len(todo))
-        if todo:
-            await self.probe()
-            fresh = await self.backend.generate([requests[i] for i in todo])
-            self._spent(fresh)
-            to_store = []
-            label = _model_label(self._identity)
-            for idx, completion in zip(todo, fresh):
-                wants_logprobs = requests[idx].params.logprobs > 0
-                if (
-                    completion.ok
-                    and len(completion.texts) == requests[idx].params.n
-                    and (not wants_logprobs or completion.logprobs is not None)
-                ):
-                    # Samples already cached keep their stored value, so a partly cached request stays stable.
-                    values = [found.get(k, _sample_value(completion, i)) for i, k in enumerate(keys[idx])]
-                    completion = _completion_from(
-                        values, with_logprobs=wants_logprobs, cached=False, usage=completion.usage
-                    )
-                    to_store += [(k, label, v) for k, v in zip(keys[idx], values) if k not in found]
-                results[idx] = completion
-            self.cache.put_many(to_store)
+        mine, waits = self._board([tuple(keys[i]) for i in todo], todo)
+        self.hits += len(requests) - len(mine)
+        self.calls += len(mine)
+        self.cache.count(hits=len(requests) - len(mine), misses=len(mine))
+        async with self._sending(mine, results):
+            if mine:
+                await self.probe()
+                fresh = await self.backend.generate([requests[i] for i in mine])
+                self._spent(fresh)
+                to_store = []
+                label = _model_label(self._identity)
+                for idx, completion in zip(mine, fresh):
+                    wants_logprobs = requests[idx].params.logprobs > 0
+                    if (
+                        completion.ok
+                        and len(completion.texts) == requests[idx].params.n
+                        and (not wants_logprobs or completion.logprobs is not None)
+                    ):
+                        # Samples already cached keep their stored value, so a partly cached request stays stable.
+                        values = [found.get(k, _sample_value(completion, i)) for i, k in enumerate(keys[idx])]
+                        completion = _completion_from(
+                            values, with_logprobs=wants_logprobs, cached=False, usage=completion.usage
+                        )
+                        to_store += [(k, label, v) for k, v in zip(keys[idx], values) if k not in found]
+                    results[idx] = completion
+                self.cache.put_many(to_store)
+        await _landed(waits, results)
         return results  # type: ignore[return-value]
+
+    def _board(self, flights: Sequence[tuple[str, ...]], todo: Sequence[int]
+               ) -> tuple[dict[int, tuple[tuple[str, ...], asyncio.Future]], list[tuple[int, asyncio.Future]]]:
+        """Split the requests `todo` (indices; `flights`: their cache keys, in the same order) the cache could not
+        answer into those this call sends (index -> (keys, the future it resolves)) and those an identical request
+        in flight already sends (index, the future of its answer)."""
+        loop = asyncio.get_running_loop()
+        mine: dict[int, tuple[tuple[str, ...], asyncio.Future]] = {}
+        waits: list[tuple[int, asyncio.Future]] = []
+        for idx, flight in zip(todo, flights):
+            sending = self._flying.get(flight)
+            if sending is not None and sending.get_loop() is loop:
+                waits.append((idx, sending))
+                continue
+            future = self._flying[flight] = loop.create_future()
+            mine[idx] = (flight, future)
+        return mine, waits
+
+    @contextlib.asynccontextmanager
+    async def _sending(self, mine: dict[int, tuple[tuple[str, ...], asyncio.Future]], results: list[Any]):
+        """Send `mine` inside the block (it fills `results`); after it, whoever waits on them gets their answer,
+        or the block's exception."""
+        error: BaseException | None = None
+        try:
+            yield
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            for idx, (flight, future) in mine.items():
+                if self._flying.get(flight) is future:
+                    del self._flying[flight]
+                if future.done():
+                    continue
+                if results[idx] is not None:
+                    future.set_result(results[idx])
+                elif error is None or isinstance(error, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(error)
+                    future.exception()  # retrieved here: only the waiters, if any, raise it
 
     async def _one_key_each(
         self,
@@ -438,21 +502,24 @@ class CachedBackend:
                 results[idx] = load(requests[idx], found[key])
             else:
                 todo.append(idx)
-        self.hits += len(requests) - len(todo)
-        self.calls += len(todo)
-        self.cache.count(hits=len(requests) - len(todo), misses=len(todo))
-        if todo:
-            await self.probe()
-            fresh = await call([requests[i] for i in todo])
-            self._spent(fresh)
-            label = _model_label(self._identity)
-            to_store = []
-            for idx, result in zip(todo, fresh):
-                value = store(requests[idx], result)
-                if value is not None:
-                    to_store.append((keys[idx], label, value))
-                results[idx] = result
-            self.cache.put_many(to_store)
+        mine, waits = self._board([(keys[i],) for i in todo], todo)
+        self.hits += len(requests) - len(mine)
+        self.calls += len(mine)
+        self.cache.count(hits=len(requests) - len(mine), misses=len(mine))
+        async with self._sending(mine, results):
+            if mine:
+                await self.probe()
+                fresh = await call([requests[i] for i in mine])
+                self._spent(fresh)
+                label = _model_label(self._identity)
+                to_store = []
+                for idx, result in zip(mine, fresh):
+                    value = store(requests[idx], result)
+                    if value is not None:
+                        to_store.append((keys[idx], label, value))
+                    results[idx] = result
+                self.cache.put_many(to_store)
+        await _landed(waits, results)
         return results  # type: ignore[return-value]
 
     async def next_token_logprobs(

@@ -55,5 +55,12 @@ BUILTIN: dict[str, dict[str, str]] = {
         "table6": "reports.tables:TABLE6_SPEC",
         "table8": "reports.tables:TABLE8_SPEC",
         "fig3": "reports.tables:FIG3_SPEC",
+        "table3": "reports.evaluator_tables:TABLE3_SPEC",
+        "table5": "reports.evaluator_tables:TABLE5_SPEC",
+        "table7": "reports.evaluator_tables:TABLE7_SPEC",
+        "table9": "reports.evaluator_tables:TABLE9_SPEC",
+        "fig2": "reports.fig2:FIG2_SPEC",
+        "fig2a": "reports.fig2:FIG2A_SPEC",
+        "fig2b": "reports.fig2:FIG2B_SPEC",
     },
 }

@@ -89,6 +89,14 @@ class RunConfig(BaseModel):
     """Run just these rows (labels)."""
     benchmarks: list[str] | None = None
     """Run just these benchmarks."""
+    items: dict[str, list[str]] | None = None
+    """Run just these items: benchmark -> item ids (`--item BENCH:ID`); the run's benchmarks are those named."""
+    generators: dict[str, str] = Field(default_factory=dict)
+    """table5: generator label -> model spec, the grid's generators (default: the table's)."""
+    verifiers: dict[str, str] = Field(default_factory=dict)
+    """table5: verifier label -> model spec, the grid's verifiers (default: the table's)."""
+    coevolve: Path | None = None
+    """fig2 and table9: a `harness train coevolve` output dir; its `coevolve.json` names the rows' checkpoints."""
     backend: dict[str, Any] = Field(default_factory=dict)
     """BackendOptions fields (base_url, concurrency, timeout, max_attempts, batch_size, ...), checked by
     `backend_options` when the config is loaded."""
@@ -195,3 +203,20 @@ def load_run_config(path: Path | None, overrides: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"{path or 'command line'}: {validation_problems(exc)}") from None
     backend_options(config.backend, where=str(path or "command line"))
     return config
+
+
+def items_option(values: list[str] | None) -> dict[str, list[str]] | None:
+    """`--item BENCH:ID` values (repeatable) as a run config's `items` (benchmark -> ids); None for none.
+
+    Raises:
+        ConfigError: for a value without `BENCH:` before the id.
+    """
+    if not values:
+        return None
+    items: dict[str, list[str]] = {}
+    for value in values:
+        bench, sep, item = value.partition(":")
+        if not sep or not bench or not item:
+            raise ConfigError(f"--item {value!r}: expected BENCH:ID, e.g. judgebench:<item id>")
+        items.setdefault(bench, []).append(item)
+    return items

@@ -381,7 +381,8 @@ class OutputPaths:
     @classmethod
     def run_dir(cls, out: Path) -> OutputPaths:
         out = Path(out)
-        derived = ("results.json", "table.md", "table.tex", "table.csv", "compare.md", "compare.json")
+        derived = ("results.json", "table.md", "table.tex", "table.csv", "compare.md", "compare.json",
+                   "view.html", "compare.html")
         return cls(str(out), out / "records.jsonl", out / "manifest.json", out / "lock", True, derived)
 
     def check_collisions(self) -> None:

@@ -34,6 +34,9 @@ one with no item scored on both sides is *unscored*; neither passes the gate. A 
 fit (AlpacaEval's length-controlled win rate) is gated through its per-item stand-in (the win rate) and not
 compared itself. A run still being written is refused, naming the process that writes it.
 
+A figure of panels (fig2: a folder with `panels.json`, `reports.fig2`) is compared panel by panel: every panel's
+cells, and its differences named by panel, in one comparison.
+
 Config (`--config FILE`, YAML): `margin` (points), `margins` (per `BENCHMARK` or `BENCHMARK.METRIC`, each a
 registered benchmark and a metric it declares), `n_resamples`, `alpha`, `seed`. Outputs: `compare.json` and
 `compare.md`. Exit code: 2 if the runs are not comparable, else 1 if any cell regresses, else 3 if any cell is
@@ -57,7 +60,7 @@ from harness.errors import ConfigError
 from harness.lock import OutputLock
 from harness.records import EvalRecord
 from harness.runstore import Manifest, OutputPaths, RecordLog, write_json_atomic, write_text_atomic
-from reports.results import benchmark
+from reports.results import benchmark, item_values
 
 Verdict = Literal["regression", "improvement", "no significant change", "incomplete", "unscored"]
 EXIT_OK, EXIT_REGRESSION, EXIT_INCOMPARABLE, EXIT_UNGATED = 0, 1, 2, 3
@@ -330,16 +333,7 @@ def _side(metric: Metric, records: Mapping, items: list[str], repeats: list[int]
     from harness.loop import settled
 
     per_repeat = [[records[(i, r)] for i in items] for r in repeats]
-    values = np.array([metric.values(recs) for recs in per_repeat])  # repeats x items
-    weights = None
-    if metric.weights is not None:
-        w = np.array([metric.item_weights(recs) for recs in per_repeat])
-        total = w.sum(axis=0)
-        # An item's value is its weighted mean over the repeats that scored it; its weight their mean weight.
-        values = np.divide((values * w).sum(axis=0), total, out=np.zeros(len(items)), where=total > 0)
-        weights = total / len(repeats)
-    else:
-        values = values.mean(axis=0)
+    values, weights = item_values(metric, per_repeat)
     return _Side(
         values, weights,
         failed=sum(metric.failed(r) for r in records.values()),
@@ -404,6 +398,11 @@ def compare_runs(base_dir: Path, cand_dir: Path, cfg: CompareConfig | None = Non
         ConfigError: a path that holds no run.
     """
     cfg = cfg or CompareConfig()
+    from reports.fig2 import panels_of
+
+    b_panels, c_panels = panels_of(base_dir), panels_of(cand_dir)
+    if b_panels is not None or c_panels is not None:
+        return _compare_panels(Path(base_dir), Path(cand_dir), b_panels, c_panels, cfg)
     base, cand = read_run(base_dir, "BASE_RUN"), read_run(cand_dir, "CAND_RUN")
     result = Comparison(str(base.path), str(cand.path), cfg.model_dump(), differences=_differences(base, cand))
     b_cells, c_cells = _complete(base.records), _complete(cand.records)
@@ -423,6 +422,24 @@ def compare_runs(base_dir: Path, cand_dir: Path, cfg: CompareConfig | None = Non
                 c_in = {k: r for k, r in c.items() if k in b_in}
                 if b_in:
                     result.cells.append(compare_cell(label, bench, metric, b_in, c_in, cfg))
+    return result
+
+
+def _compare_panels(base_dir: Path, cand_dir: Path, b_panels: dict[str, Any] | None,
+                    c_panels: dict[str, Any] | None, cfg: CompareConfig) -> Comparison:
+    """Two figures of panels (`reports.fig2`), compared panel by panel: every panel's cells and differences (named
+    by panel) in one comparison."""
+    result = Comparison(str(base_dir), str(cand_dir), cfg.model_dump())
+    if b_panels is None or c_panels is None or b_panels != c_panels:
+        shown = {"BASE": b_panels, "CAND": c_panels}
+        result.differences.append("not the same figure of panels (" + ", ".join(
+            f"{who} {p['table'] + ': ' + ', '.join(p['panels']) if p else 'a single run'}" for who, p in shown.items())
+            + ")")
+        return result
+    for name in b_panels["panels"]:
+        part = compare_runs(base_dir / name, cand_dir / name, cfg)
+        result.cells += part.cells
+        result.differences += [f"panel {name}: {d}" for d in part.differences]
     return result
 
 
@@ -521,3 +538,27 @@ def load_config(path: Path | None, *, margin: float | None) -> CompareConfig:
         return CompareConfig(**data)
     except ValidationError as exc:
         raise ConfigError(f"{path or '--margin'}: {validation_problems(exc)}") from None
+
+
+def verdict_lines(result: Comparison, base_run: Path, cand_run: Path, out: Path) -> list[tuple[str, bool]]:
+    """What `harness compare` prints, as (line, to stderr): the table; why the runs are not comparable, or the
+    cells that could not be gated and the command that shows the changed items side by side."""
+    import shlex
+
+    lines = [(render_markdown(result), False)]
+    if result.differences:
+        return lines + [("error: runs are not comparable: " + "; ".join(result.differences), True)]
+    ungated = [f"{c.row} / {c.benchmark} {c.metric} ({c.verdict})" for c in result.cells if c.verdict in UNGATED]
+    if ungated:
+        shown = "; ".join(ungated[:5]) + (" ..." if len(ungated) > 5 else "")
+        lines.append((f"not gated: {len(ungated)} cell(s): {shown}; finish the runs (rerun their commands) and "
+                      "compare again", True))
+    from reports.fig2 import panels_of
+
+    figure = panels_of(base_run)
+    pairs = ([(Path(base_run) / p, Path(cand_run) / p, out / f"compare-{p}.html") for p in figure["panels"]]
+             if figure else [(Path(base_run), Path(cand_run), out / "compare.html")])
+    for base, cand, page in pairs:
+        drill = shlex.join(["harness", "view", str(base), str(cand), "--out", str(page), "--open"])
+        lines.append((f"items that changed, side by side: {drill}", False))
+    return lines

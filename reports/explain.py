@@ -50,7 +50,10 @@ def explain_cell(run_dir: Path, row: str, bench: str) -> str:
         ConfigError: a folder that holds no run, or a row or benchmark the run does not have (listing those it has).
     """
     from judges import held_fixed
+    from reports.fig2 import panel_of_row, panels_of
 
+    if panels_of(Path(run_dir)) is not None:  # a figure of panels: the panel that has the row
+        run_dir = panel_of_row(Path(run_dir), row)
     run = read_run(Path(run_dir), "RUN")
     if row not in run.rows:
         raise ConfigError(f"{run_dir}: no row {row!r}; rows: {', '.join(run.rows)}")
@@ -110,7 +113,13 @@ def explain_cell(run_dir: Path, row: str, bench: str) -> str:
             )
         if cell.get("incomplete_repeats"):
             lines.append(f"incomplete repeats (left out): {cell['incomplete_repeats']}")
-    if policy:
+    items = (manifest.get("config") or {}).get("items")
+    if items:
+        chosen = " ".join(f"--item {shlex.quote(f'{b}:{i}')}" for b, ids in items.items() for i in ids)
+        lines.append(f"reproduce: harness run {settings.get('table')} {chosen} --seeds {settings.get('seeds')} --seed "
+                     f"{settings.get('seed')} --config FILE, FILE holding rows: {{{row!r}: {spec!r}}} and only_rows: "
+                     f"[{row!r}] (and the run's data_dir and backend: manifest.json `config`)")
+    elif policy:
         table = settings.get("table")
         lines.append(f"reproduce: harness run {table} --config FILE, FILE holding the resolved config recorded in "
                      f"{OutputPaths.run_dir(run.path).shown}/manifest.json (`config`), with only_rows: [{row!r}] "

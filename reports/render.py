@@ -3,6 +3,11 @@
 Each evaluator row is followed by the paper's row. Accuracies print as percentages with one decimal, nDCG with
 three. In each column the best of our rows is bold and the best dynamic-rubric generator row underlined, as in
 the paper. A cell with no result prints as a dash, and the notes say why (no data, evaluator unavailable).
+
+A table's `layout` may turn it: `benchmarks_as_rows` prints a line per column (each followed by the paper's) and
+the rows as columns (Table 7). A table with `average` adds an Average column (Table 3), the macro mean of the
+row's columns from `results[row]["average"]` (`reports.results.macro_average`). Table 9's case study has a
+renderer of its own (`reports.case_study`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ CONVENTIONS = (
 )
 
 
-def _value(results: Mapping[str, Any], label: str, col: Column) -> float | None:
+def cell_value(results: Mapping[str, Any], label: str, col: Column) -> float | None:
     """The cell's value as printed (scaled by the metric's declared scale), None when there is none."""
     cell = results.get(label, {}).get("benchmarks", {}).get(col.benchmark)
     if not cell or col.metric not in cell:
@@ -29,16 +34,16 @@ def _value(results: Mapping[str, Any], label: str, col: Column) -> float | None:
     return cell[col.metric]["value"] * col.declared().scale
 
 
-def _fmt(value: float | None, col: Column) -> str:
+def format_cell(value: float | None, col: Column) -> str:
     """A printed-scale value (ours already scaled, or the paper's) with the metric's decimals."""
     return "-" if value is None else f"{value:.{col.declared().digits}f}"
 
 
-def _marks(spec: TableSpec, results: Mapping[str, Any]) -> dict[tuple[str, str], str]:
+def best_marks(spec: TableSpec, results: Mapping[str, Any]) -> dict[tuple[str, str], str]:
     """(row label, column key) -> "best", "best-dynamic" or "best best-dynamic"."""
     marks: dict[tuple[str, str], str] = {}
     for col in spec.columns:
-        values = {r.label: _value(results, r.label, col) for r in spec.rows}
+        values = {r.label: cell_value(results, r.label, col) for r in spec.rows}
         scored = {k: v for k, v in values.items() if v is not None}
         pick = max if col.declared().higher_is_better else min
         if scored:
@@ -70,7 +75,7 @@ VERIFIABLE_CONVENTIONS = (
 )
 
 
-def _conventions(spec: TableSpec) -> str:
+def conventions(spec: TableSpec) -> str:
     if spec.kind != "policy":
         return CONVENTIONS
     if spec.setups and all(s.judge is None for s in spec.setups.values()):
@@ -78,74 +83,135 @@ def _conventions(spec: TableSpec) -> str:
     return POLICY_CONVENTIONS
 
 
-def _header(spec: TableSpec) -> list[str]:
-    return ["Policy" if spec.kind == "policy" else "Evaluator"] + [spec.header(c) for c in spec.columns]
-
-
-def _paper_cells(spec: TableSpec, paper_label: str | None) -> list[str]:
+def paper_cells(spec: TableSpec, paper_label: str | None) -> list[str]:
     row = spec.paper.get(paper_label) if paper_label else None
-    return [_fmt(row.get(c.key) if row else None, c) for c in spec.columns]
+    return [format_cell(row.get(c.key) if row else None, c) for c in spec.columns]
+
+
+AVERAGE_DESCRIPTION = (
+    "the macro mean of the row's columns (each an AVG@k); its interval resamples each column's items on their own. "
+    "A value marked \u2020 averages only the columns that have a value."
+)
+
+
+def _average(results: Mapping[str, Any], label: str) -> dict[str, Any] | None:
+    found = results.get(label, {}).get("average")
+    return found if found and found.get("value") is not None else None
+
+
+def _average_marks(spec: TableSpec, results: Mapping[str, Any]) -> dict[str, str]:
+    """Row label -> "best" for the best Average of our rows (and "best-dynamic" among the dynamic-rubric rows)."""
+    values = {r.label: _average(results, r.label) for r in spec.rows}
+    scored = {k: v["value"] for k, v in values.items() if v}
+    marks: dict[str, str] = {}
+    if scored:
+        best = max(scored.values())
+        marks.update({k: "best" for k, v in scored.items() if v == best})
+    dynamic = {r.label: scored[r.label] for r in spec.rows if r.dynamic and r.label in scored}
+    if dynamic:
+        best = max(dynamic.values())
+        for k, v in dynamic.items():
+            if v == best:
+                marks[k] = (marks.get(k, "") + " best-dynamic").strip()
+    return marks
+
+
+def _cells(spec: TableSpec, results: Mapping[str, Any], *, bold: str, underline: str) -> list[dict[str, Any]]:
+    """One entry per row: its label, our cells (marked: `bold` and `underline` are format strings with `{}`),
+    the paper's cells and the counts, over the columns and, for a table with an Average, that last."""
+    marks, averages = best_marks(spec, results), _average_marks(spec, results)
+    out = []
+    for row in spec.rows:
+        ours, counts = [], []
+        for col in spec.columns:
+            text = format_cell(cell_value(results, row.label, col), col)
+            ours.append(_marked(text, marks.get((row.label, col.key), ""), bold=bold, underline=underline))
+            cell = results.get(row.label, {}).get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
+            counts.append(f"{cell['n'] * cell['repeats']} ({cell['n_failed']} failed), ties {cell['tie_rate']:.0%}"
+                          if cell else "-")
+        paper = paper_cells(spec, row.paper)
+        if spec.average:
+            found = _average(results, row.label)
+            text = "-" if found is None else f"{found['value'] * 100:.1f}" + ("\u2020" if found["partial"] else "")
+            ours.append(_marked(text, averages.get(row.label, ""), bold=bold, underline=underline))
+            counts.append(f"{len(found['columns'])} of {found['of']} columns" if found else "-")
+            value = (spec.paper.get(row.paper) or {}).get("average") if row.paper else None
+            paper.append("-" if value is None else f"{value:.1f}")
+        out.append({"label": row.label, "ours": ours, "paper": paper, "counts": counts})
+    return out
+
+
+def _marked(text: str, mark: str, *, bold: str, underline: str) -> str:
+    text = underline.format(text) if "best-dynamic" in mark else text
+    return bold.format(text) if "best" in mark.split() else text
+
+
+def _column_names(spec: TableSpec) -> list[str]:
+    return [spec.header(c) for c in spec.columns] + (["Average"] if spec.average else [])
+
+
+def _lines(spec: TableSpec, cells: list[dict[str, Any]], *, paper: str, what: str = "ours"
+           ) -> tuple[list[str], list[list[str]]]:
+    """(header, lines) in the table's layout: a line per row followed by the paper's (`rows`), or a line per
+    column followed by the paper's, with the rows as columns (`benchmarks_as_rows`). `what`: `ours` (with the
+    paper's lines) or `counts`."""
+    corner = "Policy" if spec.kind == "policy" else "Evaluator"
+    names = _column_names(spec)
+    lines: list[list[str]] = []
+    if spec.layout == "benchmarks_as_rows":
+        for i, name in enumerate(names):
+            lines.append([name] + [c[what][i] for c in cells])
+            if what == "ours":
+                lines.append([paper] + [c["paper"][i] for c in cells])
+        return ["Benchmark"] + [c["label"] for c in cells], lines
+    for c in cells:
+        lines.append([c["label"]] + c[what])
+        if what == "ours":
+            lines.append([paper] + c["paper"])
+    return [corner] + names, lines
 
 
 def render_markdown(spec: TableSpec, results: Mapping[str, Any], notes: list[str]) -> str:
-    marks = _marks(spec, results)
-    head = _header(spec)
+    cells = _cells(spec, results, bold="**{}**", underline="<u>{}</u>")
+    head, body = _lines(spec, cells, paper="*paper*")
     lines = [f"### {spec.title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in spec.rows:
-        cells = []
-        for col in spec.columns:
-            text = _fmt(_value(results, row.label, col), col)
-            mark = marks.get((row.label, col.key), "")
-            text = f"<u>{text}</u>" if "best-dynamic" in mark else text
-            cells.append(f"**{text}**" if "best" in mark.split() else text)
-        lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
-        lines.append("| *paper* | " + " | ".join(_paper_cells(spec, row.paper)) + " |")
+    lines += ["| " + " | ".join(line) + " |" for line in body]
     lines += ["", "Counts per cell: n items (of which failed to score) and tie rate, summed over repeats.", ""]
-    lines += [f"| {head[0]} | " + " | ".join(head[1:]) + " |", "|" + "---|" * len(head)]
-    for row in spec.rows:
-        cells = []
-        for col in spec.columns:
-            cell = results.get(row.label, {}).get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
-            cells.append(
-                f"{cell['n'] * cell['repeats']} ({cell['n_failed']} failed), ties {cell['tie_rate']:.0%}" if cell else "-"
-            )
-        lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
-    lines += ["", _conventions(spec), ""]
+    head, body = _lines(spec, cells, paper="*paper*", what="counts")
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(line) + " |" for line in body]
+    lines += ["", conventions(spec), ""]
     lines += [f"- {spec.header(c)}: {c.declared().description}" for c in spec.columns]
+    if spec.average:
+        lines.append(f"- Average: {AVERAGE_DESCRIPTION}")
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _tex_escape(text: str) -> str:
-    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#")):
+    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
+                 ("\u2020", r"$^\dagger$")):
         text = text.replace(a, b)
     return text
 
 
 def render_latex(spec: TableSpec, results: Mapping[str, Any]) -> str:
-    marks = _marks(spec, results)
-    cols = "l" + "c" * len(spec.columns)
+    cells = _cells(spec, results, bold=r"\textbf{{{}}}", underline=r"\underline{{{}}}")
+    for c in cells:  # our cells carry LaTeX marks already; only the dagger needs escaping
+        c["ours"] = [t.replace("\u2020", r"$^\dagger$") for t in c["ours"]]
+    head, body = _lines(spec, cells, paper=r"\quad\textit{paper}")
     lines = [
         r"\begin{table}[t]",
         r"\centering",
         rf"\caption{{{_tex_escape(spec.title)}}}",
-        rf"\begin{{tabular}}{{{cols}}}",
+        rf"\begin{{tabular}}{{l{'c' * (len(head) - 1)}}}",
         r"\toprule",
-        " & ".join(_tex_escape(h) for h in _header(spec)) + r" \\",
+        " & ".join(_tex_escape(h) for h in head) + r" \\",
         r"\midrule",
     ]
-    for row in spec.rows:
-        cells = []
-        for col in spec.columns:
-            text = _fmt(_value(results, row.label, col), col)
-            mark = marks.get((row.label, col.key), "").split()
-            if "best-dynamic" in mark:
-                text = rf"\underline{{{text}}}"
-            if "best" in mark:
-                text = rf"\textbf{{{text}}}"
-            cells.append(text)
-        lines.append(_tex_escape(row.label) + " & " + " & ".join(cells) + r" \\")
-        lines.append(r"\quad\textit{paper} & " + " & ".join(_paper_cells(spec, row.paper)) + r" \\")
+    for line in body:
+        first = line[0] if line[0].startswith("\\quad") else _tex_escape(line[0])
+        lines.append(first + " & " + " & ".join(line[1:]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
@@ -169,4 +235,11 @@ def render_csv(spec: TableSpec, results: Mapping[str, Any]) -> str:
             else:
                 values = [None, None, paper.get(col.key), None, None, None, None, None, None]
             writer.writerow([row.label, res.get("evaluator"), col.benchmark, col.metric, *values])
+        if spec.average:  # benchmark `average`, metric `macro`; n: the columns averaged
+            found = _average(results, row.label)
+            values = [None] * 9 if found is None else [
+                found["value"] * 100, None, None, len(found["columns"]), None, None, found["ci_low"] * 100,
+                found["ci_high"] * 100, None]
+            values[2] = paper.get("average")
+            writer.writerow([row.label, res.get("evaluator"), "average", "macro", *values])
     return buf.getvalue()

@@ -1,4 +1,9 @@
-"""`harness report RUN_DIR`: results.json and table.md / table.tex / table.csv from a run's records (no model calls)."""
+"""`harness report RUN_DIR`: results.json and table.md / table.tex / table.csv from a run's records (no model calls).
+
+A table with an Average (table3) gets it in results.json per row (`average`); a case study (table9) is written by
+`reports.case_study`; a figure of panels (fig2's folder) re-renders each panel's run, then the figure
+(`reports.fig2`).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from harness.errors import ConfigError
 from harness.records import EvalRecord
 from harness.runstore import Manifest, OutputPaths, RecordLog, write_json_atomic, write_text_atomic
 from reports.render import render_csv, render_latex, render_markdown
-from reports.results import NDCG_TIES, benchmark, compute_results
+from reports.results import NDCG_TIES, benchmark, compute_results, macro_average
 from reports.tables import Column, Row, TableSpec, get_table
 
 
@@ -27,7 +32,16 @@ def adhoc_table(rows: dict[str, str], benchmarks: list[str]) -> TableSpec:
     )
 
 
-def _policy_notes(manifest: dict[str, Any], results: dict[str, Any]) -> list[str]:
+def report_spec(spec: TableSpec, rows: dict[str, str]) -> TableSpec:
+    """The table as a run of it has its rows: the run's row labels in the run's order, each the table's row of
+    that label, or (a row a run config made: table5's grid, a config's own) a row without paper numbers."""
+    known = {r.label: r for r in spec.rows}
+    made = [known.get(label) or Row(label, None, MappingProxyType({"paper": ev, "cpu": ev}))
+            for label, ev in rows.items()]
+    return dataclasses.replace(spec, rows=tuple(made))
+
+
+def policy_notes(manifest: dict[str, Any], results: dict[str, Any]) -> list[str]:
     """A policy run's judge (model, options, identity), generation settings, and why cells have no value."""
     judge = manifest.get("judge")
     if not judge:
@@ -62,6 +76,10 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
         ConfigError: for a folder that holds no run (or another verb's output), or unreadable records.
     """
     run_dir = Path(run_dir)
+    from reports.fig2 import panels_of, write_panel_reports
+
+    if panels_of(run_dir) is not None:
+        return write_panel_reports(run_dir)
     paths = OutputPaths.run_dir(run_dir)
     if run_dir.is_file():
         raise ConfigError(
@@ -81,8 +99,7 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
     config = manifest.get("config", {})
     table = config.get("table")
     if table:
-        spec = get_table(table)
-        spec = dataclasses.replace(spec, rows=tuple(r for r in spec.rows if r.label in rows))
+        spec = report_spec(get_table(table), rows)
     else:
         spec = adhoc_table(rows, list(manifest.get("benchmark_kinds") or dict.fromkeys(r.benchmark for r in records)))
     results = compute_results(records, rows)
@@ -92,9 +109,16 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
         notes.append("the last line of records.jsonl is incomplete (a run is writing it, or was killed): ignored")
     notes += [f"{what} unavailable: {why}" for what, why in (manifest.get("unavailable") or {}).items()]
     notes += [f"{label}: {ev}" for label, ev in rows.items()]
-    notes += _policy_notes(manifest, results) + list(spec.notes)
+    notes += policy_notes(manifest, results) + list(spec.notes)
     payload = {"table": spec.name, "kind": spec.kind, "rows": rows, "results": results, "notes": notes,
                "conventions": {"ndcg_ties": NDCG_TIES, "strict": "ties and unscorable items count as wrong"}}
+    if spec.layout == "case_study":
+        from reports.case_study import write_case_study
+
+        return write_case_study(run_dir, spec, payload, records)
+    if spec.average:
+        for label, average in macro_average(spec.columns, results, records, rows).items():
+            results[label]["average"] = average
     write_json_atomic(run_dir / "results.json", payload)
     write_text_atomic(run_dir / "table.md", render_markdown(spec, results, notes))
     write_text_atomic(run_dir / "table.tex", render_latex(spec, results))

@@ -105,3 +105,58 @@ def compute_results(records: Iterable[EvalRecord], rows: Mapping[str, str]) -> d
             cells[bench] = cell
         results[label] = {"evaluator": spec, "benchmarks": cells}
     return results
+
+
+def item_values(metric: Any, per_repeat: Sequence[Sequence[EvalRecord]]) -> tuple[Any, Any]:
+    """Per item, the metric's value over the repeats and its weight (None: every item counts the same).
+
+    `per_repeat`: one list per repeat, the same items in the same order in each. An item's value is its mean over
+    the repeats (for a metric with weights, its weighted mean over the repeats that scored it, and its weight their
+    mean weight), so resampling items resamples what the table's AVG@k averages.
+    """
+    import numpy as np
+
+    values = np.array([metric.values(recs) for recs in per_repeat])  # repeats x items
+    if metric.weights is None:
+        return values.mean(axis=0), None
+    w = np.array([metric.item_weights(recs) for recs in per_repeat])
+    total = w.sum(axis=0)
+    averaged = np.divide((values * w).sum(axis=0), total, out=np.zeros(values.shape[1]), where=total > 0)
+    return averaged, total / len(per_repeat)
+
+
+def macro_average(columns: Sequence[Any], results: Mapping[str, Any], records: Iterable[EvalRecord],
+                  rows: Mapping[str, str], *, n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Per row label, the Average column: the mean of the row's column values (each AVG@k, unscaled) and the
+    percentile bootstrap interval of that mean (`metrics.macro_bootstrap_ci`: each column's items resampled on
+    their own, over the same complete repeats as its value). `columns`: `reports.tables.Column`s.
+
+    A column without a value leaves the mean to the others: `columns` lists those averaged, `of` how many the
+    table has (`partial` when fewer); no column with a value gives None.
+    """
+    grouped: dict[tuple[str, str], dict[int, list[EvalRecord]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        grouped[(r.evaluator, r.benchmark)][r.repeat].append(r)
+    out: dict[str, Any] = {}
+    for label, spec in rows.items():
+        cells = results.get(label, {}).get("benchmarks", {})
+        used, values, samples = [], [], []
+        for col in columns:
+            cell = cells.get(col.benchmark, {}).get(col.metric)
+            if not cell:
+                continue
+            repeats = grouped[(spec, col.benchmark)]
+            size = max(len(v) for v in repeats.values())
+            metric = col.declared()
+            per_repeat = [metric.select(sorted(v, key=lambda r: r.item)) for _, v in sorted(repeats.items())
+                          if len(v) == size]
+            used.append(col.key)
+            values.append(cell["value"])
+            samples.append(item_values(metric, per_repeat))
+        if not used:
+            out[label] = {"value": None, "columns": [], "of": len(columns), "partial": True}
+            continue
+        lo, hi = metrics.macro_bootstrap_ci(samples, n_resamples=n_resamples, seed=seed)
+        out[label] = {"value": sum(values) / len(values), "ci_low": lo, "ci_high": hi, "columns": used,
+                      "of": len(columns), "partial": len(used) < len(columns)}
+    return out

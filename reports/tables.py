@@ -10,7 +10,8 @@ minutes; its numbers say nothing about the paper's models.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -22,9 +23,13 @@ from reports.paper import TABLE1, TABLE2, TABLE6, TABLE8
 from reports.results import benchmark
 
 Preset = Literal["paper", "cpu"]
+Layout = Literal["rows", "benchmarks_as_rows", "case_study"]
+
+TABLE_KEYS = ("generators", "verifiers", "coevolve")
+"""Run config keys only some tables read (`TableSpec.reads`)."""
 
 CPU_MODEL = "smollm2-135m"
-_QWEN3_VERIFIER = "vllm:Qwen/Qwen3-30B-A3B"
+QWEN3_VERIFIER = "vllm:Qwen/Qwen3-30B-A3B"
 _SKYWORK = "Skywork/Skywork-Reward-Gemma-2-27B-v0.2"
 _NEMOTRON = "nvidia/Llama-3.1-Nemotron-70B-Reward-HF"
 
@@ -96,10 +101,57 @@ class TableSpec:
     """Printed under the table (how the paper's numbers are read)."""
     figure: bool = False
     """Also drawn as a bar chart with interval whiskers (`figure.png`, `figure.pdf`)."""
+    layout: Layout = "rows"
+    """How it is printed: a line per row (`rows`), a line per benchmark with the rows as columns
+    (`benchmarks_as_rows`, Table 7), or one item's rubrics, verdicts and scores (`case_study`, Table 9)."""
+    average: bool = False
+    """Also an Average column: the macro mean of the columns (Table 3, `reports.results.macro_average`)."""
+    panels: tuple[str, ...] = ()
+    """A figure drawn from the runs of other tables, each run into OUT/NAME (fig2: fig2a and fig2b)."""
+    panel_of: str | None = None
+    """The figure this table is a panel of: the figure's config also names its other panels' rows and benchmarks,
+    which this table leaves to them."""
+    reads: tuple[str, ...] = ()
+    """The table-specific run config keys it reads (`generators`, `verifiers`, `coevolve`); any other is an
+    error."""
+    shape: Callable[[TableSpec, Any], TableSpec] | None = field(default=None, compare=False)
+    """Its rows as a run config makes them from the keys it `reads` (`reports.rows`); None: `rows` as given."""
 
     @property
     def kind(self) -> Literal["evaluator", "policy"]:
         return "evaluator" if self.setups is None else "policy"
+
+    def resolve(self, cfg: Any) -> tuple[TableSpec, Any]:
+        """The table and the run config (`harness.config.RunConfig`) as a run of this table reads them: a panel
+        leaves the rows, benchmarks and judge settings of its sibling panels out of the config; the rows come
+        from the keys it `reads`; `items` narrows the columns to the benchmarks it names.
+
+        Raises:
+            ConfigError: for a figure of panels (each panel is run on its own), a table-specific key this table
+                does not read, or items of benchmarks it does not have.
+        """
+        if self.panels:
+            raise ConfigError(f"{self.name} is drawn from the runs of its panels ({', '.join(self.panels)}): "
+                              f"`harness run {self.name}` runs them; plan or serve them one at a time")
+        if self.panel_of is not None:
+            cfg = _panel_config(self, cfg)
+        unread = [k for k in TABLE_KEYS if getattr(cfg, k) and k not in self.reads]
+        if unread:
+            readers = {k: sorted(n for n in _table_names() if k in get_table(n).reads) for k in unread}
+            raise ConfigError("; ".join(f"{k}: read by {', '.join(v)}, not by {self.name}" for k, v in readers.items()))
+        spec = self.shape(self, cfg) if self.shape is not None else self
+        if not cfg.items:
+            return spec, cfg
+        names = list(cfg.items)
+        if spec.columns:
+            stray = [b for b in names if b not in spec.benchmarks]
+            if stray:
+                raise ConfigError(f"items: {self.name} has no benchmark {stray[0]!r}; its benchmarks: "
+                                  f"{', '.join(spec.benchmarks)}")
+            columns = tuple(c for c in spec.columns if c.benchmark in names)
+        else:
+            columns = tuple(Column(b, m.name) for b in names for m in benchmark(b).metrics)
+        return dataclasses.replace(spec, columns=columns), cfg.model_copy(update={"benchmarks": names})
 
     @property
     def benchmarks(self) -> tuple[str, ...]:
@@ -114,51 +166,51 @@ class TableSpec:
         return name
 
 
-def _row(label: str, paper: str | None, spec: str, cpu: str, *, dynamic: bool = False) -> Row:
+def make_row(label: str, paper: str | None, spec: str, cpu: str, *, dynamic: bool = False) -> Row:
     return Row(label, paper, MappingProxyType({"paper": spec, "cpu": cpu}), dynamic)
 
 
-_CPU_DR = f"dynamic-rubric:generator={CPU_MODEL},gen_max_tokens=160"
-_CPU_RM = f"scalar-rm:model={CPU_MODEL},head=lm-token0"
+CPU_DR = f"dynamic-rubric:generator={CPU_MODEL},gen_max_tokens=160"
+CPU_RM = f"scalar-rm:model={CPU_MODEL},head=lm-token0"
 
 TABLE1_SPEC = TableSpec(
     name="table1",
     title="Evaluator accuracy (AVG@k): pairwise Acc., listwise Acc. and nDCG",
     rows=(
-        _row("Skywork-27B", "Skywork-27B", f"scalar-rm:model={_SKYWORK}", _CPU_RM),
-        _row(
+        make_row("Skywork-27B", "Skywork-27B", f"scalar-rm:model={_SKYWORK}", CPU_RM),
+        make_row(
             "Skywork-27B w/ responses",
             "Skywork-27B w/ responses",
             f"scalar-rm:model={_SKYWORK},with_responses=true",
-            _CPU_RM + ",with_responses=true",
+            CPU_RM + ",with_responses=true",
         ),
-        _row("Nemotron-70B", "Nemotron-70B", f"scalar-rm:model={_NEMOTRON},head=lm-token0", _CPU_RM),
-        _row(
+        make_row("Nemotron-70B", "Nemotron-70B", f"scalar-rm:model={_NEMOTRON},head=lm-token0", CPU_RM),
+        make_row(
             "Nemotron-70B w/ responses",
             "Nemotron-70B w/ responses",
             f"scalar-rm:model={_NEMOTRON},head=lm-token0,with_responses=true",
-            _CPU_RM + ",with_responses=true",
+            CPU_RM + ",with_responses=true",
         ),
-        _row(
+        make_row(
             "Qwen3-8B zero-shot",
             "Qwen3-8B zero-shot",
-            f"dynamic-rubric:generator=vllm:Qwen/Qwen3-8B,verifier={_QWEN3_VERIFIER}",
-            _CPU_DR,
+            f"dynamic-rubric:generator=vllm:Qwen/Qwen3-8B,verifier={QWEN3_VERIFIER}",
+            CPU_DR,
             dynamic=True,
         ),
-        _row(
+        make_row(
             "Qwen3-32B zero-shot",
             "Qwen3-32B zero-shot",
-            f"dynamic-rubric:generator=vllm:Qwen/Qwen3-32B,verifier={_QWEN3_VERIFIER}",
-            _CPU_DR,
+            f"dynamic-rubric:generator=vllm:Qwen/Qwen3-32B,verifier={QWEN3_VERIFIER}",
+            CPU_DR,
             dynamic=True,
         ),
-        _row(
+        make_row(
             "DR-Generator-8B",
             "DR-Generator-8B",
             # A trained checkpoint: point `rows` in a --config file at yours (harness train generator).
-            f"dynamic-rubric:generator=vllm:checkpoints/dr-generator-8b,verifier={_QWEN3_VERIFIER}",
-            _CPU_DR,
+            f"dynamic-rubric:generator=vllm:checkpoints/dr-generator-8b,verifier={QWEN3_VERIFIER}",
+            CPU_DR,
             dynamic=True,
         ),
     ),
@@ -185,7 +237,7 @@ _POLICY_COLUMNS = tuple(
     )
 )
 _PAPER_GENERATION = MappingProxyType({"temperature": 0.0, "max_tokens": 4096})
-_CPU_SETUP = PolicySetup(
+CPU_SETUP = PolicySetup(
     judge=CPU_MODEL,
     # Small budgets so a laptop finishes: the judges' upstream budgets (Arena-Hard 16000 tokens) are for models
     # that write a judgment; the 135M model's are read or fail, and either is recorded.
@@ -196,7 +248,7 @@ _CPU_SETUP = PolicySetup(
     }),
     generation=MappingProxyType({"temperature": 0.0, "max_tokens": 96}),
 )
-_DEEPSEEK = PolicySetup(
+DEEPSEEK_SETUP = PolicySetup(
     judge="openai:deepseek-v4-flash",
     judge_options=MappingProxyType({"base_url": "https://api.deepseek.com/v1", "api_key_env": "DEEPSEEK_API_KEY"}),
     generation=_PAPER_GENERATION,
@@ -208,21 +260,21 @@ _POLICY_NOTES = (
 )
 
 
-def _policy_row(label: str, spec: str, *, dynamic: bool = False) -> Row:
-    return _row(label, label, spec, CPU_MODEL, dynamic=dynamic)
+def policy_row(label: str, spec: str, *, dynamic: bool = False) -> Row:
+    return make_row(label, label, spec, CPU_MODEL, dynamic=dynamic)
 
 
 # The trained policies are checkpoints you produce (`harness train policy`): point `rows` in a --config file at
 # them; the specs below name where the paper's training configs write them.
 _TABLE2_ROWS = (
-    _policy_row("Native Qwen3-8B", "vllm:Qwen/Qwen3-8B"),
-    _policy_row("Native Qwen3-32B", "vllm:Qwen/Qwen3-32B"),
-    _policy_row("Skywork-27B", "vllm:checkpoints/policy-skywork-27b"),
-    _policy_row("Skywork-27B w/ responses", "vllm:checkpoints/policy-skywork-27b-responses"),
-    _policy_row("Nemotron-70B", "vllm:checkpoints/policy-nemotron-70b"),
-    _policy_row("Nemotron-70B w/ responses", "vllm:checkpoints/policy-nemotron-70b-responses"),
-    _policy_row("RaR (235B static rubric)", "vllm:checkpoints/policy-rar-235b"),
-    _policy_row("DR-Generator-8B", "vllm:checkpoints/dr-policy-8b", dynamic=True),
+    policy_row("Native Qwen3-8B", "vllm:Qwen/Qwen3-8B"),
+    policy_row("Native Qwen3-32B", "vllm:Qwen/Qwen3-32B"),
+    policy_row("Skywork-27B", "vllm:checkpoints/policy-skywork-27b"),
+    policy_row("Skywork-27B w/ responses", "vllm:checkpoints/policy-skywork-27b-responses"),
+    policy_row("Nemotron-70B", "vllm:checkpoints/policy-nemotron-70b"),
+    policy_row("Nemotron-70B w/ responses", "vllm:checkpoints/policy-nemotron-70b-responses"),
+    policy_row("RaR (235B static rubric)", "vllm:checkpoints/policy-rar-235b"),
+    policy_row("DR-Generator-8B", "vllm:checkpoints/dr-policy-8b", dynamic=True),
 )
 TABLE2_SPEC = TableSpec(
     name="table2",
@@ -230,7 +282,7 @@ TABLE2_SPEC = TableSpec(
     rows=_TABLE2_ROWS,
     columns=_POLICY_COLUMNS,
     paper=TABLE2,
-    setups=MappingProxyType({"paper": _DEEPSEEK, "cpu": _CPU_SETUP}),
+    setups=MappingProxyType({"paper": DEEPSEEK_SETUP, "cpu": CPU_SETUP}),
     default_seeds=1,
     notes=_POLICY_NOTES,
 )
@@ -240,7 +292,7 @@ TABLE6_SPEC = TableSpec(
     rows=_TABLE2_ROWS,
     columns=_POLICY_COLUMNS,
     paper=TABLE6,
-    setups=MappingProxyType({"paper": _GPT41, "cpu": _CPU_SETUP}),
+    setups=MappingProxyType({"paper": _GPT41, "cpu": CPU_SETUP}),
     default_seeds=1,
     notes=("The paper's Table 6 numbers are not recorded in this harness: its rows print dashes.",),
 )
@@ -249,14 +301,14 @@ TABLE8_SPEC = TableSpec(
     title="Policy quality across backbones, native and trained with DR-Generator-8B (the paper's judge: "
     "DeepSeek-V4-Flash)",
     rows=(
-        _policy_row("Llama-3.1-8B native", "vllm:meta-llama/Llama-3.1-8B-Instruct"),
-        _policy_row("Llama-3.1-8B DR", "vllm:checkpoints/dr-policy-llama-3.1-8b", dynamic=True),
-        _policy_row("Qwen3-8B native", "vllm:Qwen/Qwen3-8B"),
-        _policy_row("Qwen3-8B DR", "vllm:checkpoints/dr-policy-8b", dynamic=True),
+        policy_row("Llama-3.1-8B native", "vllm:meta-llama/Llama-3.1-8B-Instruct"),
+        policy_row("Llama-3.1-8B DR", "vllm:checkpoints/dr-policy-llama-3.1-8b", dynamic=True),
+        policy_row("Qwen3-8B native", "vllm:Qwen/Qwen3-8B"),
+        policy_row("Qwen3-8B DR", "vllm:checkpoints/dr-policy-8b", dynamic=True),
     ),
     columns=_POLICY_COLUMNS,
     paper=TABLE8,
-    setups=MappingProxyType({"paper": _DEEPSEEK, "cpu": _CPU_SETUP}),
+    setups=MappingProxyType({"paper": DEEPSEEK_SETUP, "cpu": CPU_SETUP}),
     default_seeds=1,
     notes=_POLICY_NOTES,
 )
@@ -267,8 +319,8 @@ FIG3_SPEC = TableSpec(
     name="fig3",
     title="Verifiable tasks (AVG@5): MATH-500 by math-verify, MMLU-Pro and CodeScope by exact match",
     rows=(
-        _policy_row("Native Qwen3-8B", "vllm:Qwen/Qwen3-8B"),
-        _policy_row("DR-Generator-8B", "vllm:checkpoints/dr-policy-8b", dynamic=True),
+        policy_row("Native Qwen3-8B", "vllm:Qwen/Qwen3-8B"),
+        policy_row("DR-Generator-8B", "vllm:checkpoints/dr-policy-8b", dynamic=True),
     ),
     columns=(Column("math500", "acc"), Column("mmlu_pro", "acc"), Column("codescope", "acc")),
     paper=MappingProxyType({}),
@@ -290,3 +342,40 @@ def get_table(name: str) -> TableSpec:
     if not isinstance(spec, TableSpec):  # pragma: no cover - only TableSpecs are registered as tables
         raise ConfigError(f"table {name!r} is not a table spec")
     return spec
+
+
+def _table_names() -> list[str]:
+    from harness.registry import names
+
+    return names("table")
+
+
+def _panel_config(spec: TableSpec, cfg: Any) -> Any:
+    """A figure's run config as one of its panels reads it: the rows, benchmarks, loader options and items of
+    its sibling panels left out, and, for an evaluator panel, the policy panels' judge and generation settings.
+
+    Raises:
+        ConfigError: when `only_rows` or `benchmarks` were given but name none of this panel's.
+    """
+    from harness.config import GenerationConfig
+
+    siblings = [get_table(n) for n in get_table(spec.panel_of).panels if n != spec.name]  # type: ignore[arg-type]
+    theirs = {r.label for s in siblings for r in s.rows} - {r.label for r in spec.rows}
+    benches = {b for s in siblings for b in s.benchmarks} - set(spec.benchmarks)
+    update: dict[str, Any] = {
+        "rows": {k: v for k, v in cfg.rows.items() if k not in theirs},
+        "bench_options": {k: v for k, v in cfg.bench_options.items() if k not in benches},
+    }
+    for key, drop in (("only_rows", theirs), ("benchmarks", benches)):
+        given = getattr(cfg, key)
+        if given:
+            mine = [x for x in given if x not in drop]
+            if not mine:
+                raise ConfigError(f"{key} names none of {spec.name}'s ({', '.join(given)}); run the other panel "
+                                  "alone with `harness run PANEL`")
+            update[key] = mine
+    if cfg.items:
+        update["items"] = {k: v for k, v in cfg.items.items() if k not in benches} or None
+    if spec.kind == "evaluator" and any(s.kind == "policy" for s in siblings):
+        update.update(judge=None, judge_settings={}, generation=GenerationConfig())
+    return cfg.model_copy(update=update)

@@ -101,6 +101,10 @@ from harness.backends.local import (
 from harness.backends.merge import CallMerger
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory, ModelNotFoundError
 
+_LOADING = threading.Lock()
+"""One model loads at a time in this process: transformers imports its classes lazily, and that import is not
+thread-safe (two hf backends loading in worker threads at once saw `cannot import name 'AutoConfig'`)."""
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -174,7 +178,8 @@ class HFBackend(BaseBackend):
         if self._closed:
             raise BackendUnavailableError(f"hf backend for {self.model!r} is closed")
         if self._lm is None:
-            self._load()
+            with _LOADING:
+                self._load()
 
     @property
     def source(self) -> Any:

@@ -20,14 +20,13 @@ call cache, so a judge failure retried on rerun costs no new policy call.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.base import fingerprint
 from harness.backends.base import GenerateRequest, SamplingParams
 from harness.errors import ConfigError, HarnessError
 from harness.loop import LoopSummary, Unit, write_output
@@ -89,6 +88,9 @@ class RunPlan:
     `missing_baseline`)."""
     devices: Any = None
     """The accelerators the local models share (`harness.plan.Devices`); None: unbounded, one phase."""
+    items: Mapping[str, Any] | None = None
+    """Benchmark -> the ids of the only items to run of it (every item the loader gives, `limit` aside, is
+    searched); None: all items up to `limit`."""
 
     @property
     def policy(self) -> bool:
@@ -114,20 +116,6 @@ class Prepared:
     """Row spec -> the pool keys of every model its units call (policy rows: the judge's too)."""
 
 
-def fingerprint(items: list) -> str:
-    """A short hash of every item's id, prompt, responses and gold label (policy items: messages and what the
-    judge reads), in order."""
-    h = hashlib.sha256()
-    for item in items:
-        if hasattr(item, "messages"):
-            chat = [[m.role, m.content] for m in item.messages]
-            h.update(json.dumps([item.id, chat, item.meta], ensure_ascii=False, sort_keys=True, default=str).encode())
-            continue
-        gold = item.preferred if hasattr(item, "preferred") else list(item.gold_ranks)
-        h.update(json.dumps([item.id, item.prompt, list(item.responses), gold], ensure_ascii=False).encode())
-    return h.hexdigest()[:16]
-
-
 def load_options(bench: Any) -> list[str]:
     """The keyword arguments a benchmark's `load` takes beyond data_dir, limit and seed."""
     params = inspect.signature(bench.load).parameters
@@ -145,15 +133,30 @@ def _load_one(name: str, plan: RunPlan) -> list:
     if unknown:
         valid = ", ".join(load_options(bench)) or "none"
         raise ConfigError(f"benchmark {name!r}: unknown option(s) {', '.join(unknown)}; valid: {valid}")
+    wanted = (plan.items or {}).get(name)
     try:
-        items = bench.load(data_dir=plan.data_dir, limit=plan.limit, seed=plan.seed, **options)
+        items = bench.load(data_dir=plan.data_dir, limit=None if wanted else plan.limit, seed=plan.seed, **options)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"benchmark {name!r}: a data file under {source} is not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise ConfigError(f"benchmark {name!r}: cannot read {exc.filename or source}: {exc.strerror}") from None
     if not items:
         raise ConfigError(f"benchmark {name!r} loaded no items from {source}")
-    return items
+    return _only(name, items, wanted) if wanted else items
+
+
+def _only(name: str, items: list, wanted: Any) -> list:
+    """The items whose ids are `wanted`, in that order.
+
+    Raises:
+        ConfigError: naming the ids the benchmark does not hold (and a few it does).
+    """
+    by_id = {item.id: item for item in items}
+    missing = [i for i in wanted if i not in by_id]
+    if missing:
+        shown = ", ".join(list(by_id)[:3])
+        raise ConfigError(f"benchmark {name!r} holds no item {missing[0]!r} ({len(by_id)} items, e.g. {shown})")
+    return [by_id[i] for i in dict.fromkeys(wanted)]
 
 
 def prepare(plan: RunPlan, pool: Any) -> Prepared:
