@@ -253,13 +253,14 @@ def _loglikelihood_request(context: Any, continuation: str) -> LoglikelihoodRequ
 def run_lm_eval(model: str, tasks: Sequence[str], out: Path, *, include_path: Path | None = None,
                 limit: int | None = None, num_fewshot: int | None = None, chat_template: bool = True,
                 seed: int = 0, options: BackendOptions | None = None, no_cache: bool = False,
-                overwrite: bool = False, bootstrap_iters: int = 1000) -> dict[str, Any]:
+                overwrite: bool = False, wait: bool = False, bootstrap_iters: int = 1000) -> dict[str, Any]:
     """Run lm-eval `tasks` on `model` into the run directory `out`; returns lm-eval's results (without samples).
 
     Writes `results.json` (lm-eval's results, n-shot, versions, configs), `table.md` (lm-eval's table),
     `records.jsonl` (one record per task and document: lm-eval's logged sample), `manifest.json` (settings,
     identity, calls) under the run store's lock and binding rule: a rerun with the same settings resumes (the call
-    cache answers what was asked), with others it is refused unless `overwrite`.
+    cache answers what was asked), with others it is refused unless `overwrite`; while another process writes `out`
+    it is refused, or waited for with `wait`.
 
     Raises:
         ConfigError: lm-eval missing, an unknown task (with the include path's YAML files lm-eval could not
@@ -289,7 +290,7 @@ def run_lm_eval(model: str, tasks: Sequence[str], out: Path, *, include_path: Pa
     paths = OutputPaths.run_dir(out)
     output = Output(paths, LMEvalSampleRecord, command="lm-eval", settings=settings,
                     config={"backend": _options_json(options), "no_cache": no_cache,
-                            "bootstrap_iters": bootstrap_iters}, overwrite=overwrite)
+                            "bootstrap_iters": bootstrap_iters}, overwrite=overwrite, wait=wait)
     try:
         with output:
             results = lm_eval.simple_evaluate(
@@ -429,3 +430,15 @@ def _options_json(options: BackendOptions | None) -> dict[str, Any]:
 
     return dataclasses.asdict(options) if options is not None else {}
 
+
+
+def summary_lines(out: Path) -> list[str]:
+    """What `harness lm-eval` prints of a finished run: lm-eval's table, the counts, what was not passed on."""
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    summary = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("summary", {})
+    lines = [(out / "table.md").read_text(encoding="utf-8").rstrip(),
+             f"{out}: {len(results.get('results', {}))} task(s), {summary.get('records', 0)} documents; "
+             f"backend calls: {summary.get('calls', 0)}, cache hits: {summary.get('cache_hits', 0)}"]
+    if summary.get("ignored_gen_kwargs"):
+        lines.append("generation settings not passed to the backend: " + ", ".join(summary["ignored_gen_kwargs"]))
+    return lines

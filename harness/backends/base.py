@@ -519,49 +519,52 @@ class BaseBackend:
         """Nothing to release."""
 
 
+def _setting(default: Any, help: str, *, flag: str | None = None, minimum: float | None = None) -> Any:
+    """A backend setting, declared once: its config key is the field's name; `harness.commands.options` makes the
+    command-line option from `flag` (default `--field-name`), `help` and `minimum`."""
+    return field(default=default, metadata={"help": help, "flag": flag, "min": minimum})
+
+
 @dataclass(frozen=True, slots=True)
 class BackendOptions:
     """Backend settings: those that do not change outputs (never part of a cache key) and load-time choices; the
-    load-time choices that change outputs (`dtype`, and `top_logprobs` for `vllm`) enter the backend's identity."""
+    load-time choices that change outputs (`dtype`, and `top_logprobs` for `vllm`) enter the backend's identity.
 
-    base_url: str | None = None
-    """OpenAI-compatible server URL (default: `$OPENAI_BASE_URL`, else the OpenAI API)."""
-    api_key_env: str | None = None
-    """Name of the environment variable holding the API key (the key itself is never stored). None:
-    `$OPENAI_API_KEY` where it is set, else no key (local servers need none); a variable named here must be set,
-    or building the backend fails before any call."""
-    concurrency: int = 32
-    """Maximum requests in flight (openai)."""
-    timeout: float = 120.0
-    """Per-request timeout in seconds (openai)."""
-    max_attempts: int = 6
-    """Attempts per request before recording a failure (openai)."""
-    top_logprobs: int = 20
-    """How many alternatives to ask for in logprob requests (openai, vllm; vllm's engine allows at least this many,
-    and at least 20, per generated token)."""
-    dtype: str = "auto"
-    """Torch dtype for local models (`auto`, `bfloat16`, `float16`, `float32`). It changes outputs, so an explicit
-    one enters the model's identity (and the cache key). `auto`: float32 on CPU and bf16 on CUDA for `hf`; the
-    checkpoint's own dtype for `vllm` (bf16 for most, on CPU too): pass `float32` where agreement with `hf` on the
-    CPU matters."""
-    device: str = "auto"
-    """Torch device for `hf` (`auto` picks CUDA when present, and spreads a model over the GPUs when several are
-    visible; `cuda:N` pins one)."""
-    batch_size: int = 8
-    """Sequences per forward pass for `hf` (generation, logprobs and reward-model scores)."""
-    tensor_parallel_size: int | None = None
-    """vLLM tensor parallelism: the devices one engine spans. None: every device of the run's `devices` (the plan
-    sets it, `harness.plan`), or 1 when the run names none."""
-    data_parallel_size: int = 1
-    """vLLM data parallelism: vLLM runs it only behind its server (one engine process per rank), so an in-process
-    engine refuses any value but 1; serve the model (`vllm serve --data-parallel-size k`, or replicas)."""
-    gpu_memory_utilization: float = 0.85
-    """vLLM share of GPU memory."""
-    max_model_len: int | None = None
-    """vLLM context limit (None: the model's)."""
-    enforce_eager: bool = False
-    """vLLM: run the model eagerly (no torch.compile or CUDA graphs): the engine starts in a third of the time and
-    decodes more slowly; outputs are the same."""
+    Each is a key of a config's `backend:` (and of a judge's or a model endpoint's options) and an option of every
+    verb that builds models (`--base-url`, ...), with the same meaning and default."""
+
+    base_url: str | None = _setting(
+        None, "OpenAI-compatible server URL (default: $OPENAI_BASE_URL, else the OpenAI API).")
+    api_key_env: str | None = _setting(
+        None, "Environment variable that holds the API key (the key itself is never stored). Default: "
+        "$OPENAI_API_KEY where it is set, else no key (local servers need none); a variable named here must be set.")
+    concurrency: int = _setting(32, "Maximum requests in flight (openai).", minimum=1)
+    timeout: float = _setting(120.0, "Per-request timeout in seconds (openai).", minimum=0.1)
+    max_attempts: int = _setting(6, "Attempts per request before recording a failure (openai).", minimum=1)
+    top_logprobs: int = _setting(
+        20, "Alternatives asked for in logprob requests (openai, vllm; vllm's engine allows at least this many, and "
+        "at least 20, per generated token).", minimum=1)
+    dtype: str = _setting(
+        "auto", "Local models' torch dtype: auto, bfloat16, float16, float32. An explicit one changes outputs, so it "
+        "enters the model's identity (and the cache key). auto: float32 on CPU and bf16 on CUDA for hf; the "
+        "checkpoint's own (bf16 for most, on CPU too) for vllm: pass float32 where vllm must agree with hf on CPU.")
+    device: str = _setting(
+        "auto", "Torch device for hf: auto picks CUDA when present and spreads a model over the GPUs when several "
+        "are visible; cuda:N pins one.")
+    batch_size: int = _setting(8, "Sequences per forward pass for hf (generation, logprobs, reward scores).",
+                               minimum=1)
+    tensor_parallel_size: int | None = _setting(
+        None, "vLLM tensor parallelism: the devices one engine spans (default: every device of the run's devices, "
+        "as the plan sets it, or 1).", flag="--tensor-parallel", minimum=1)
+    data_parallel_size: int = _setting(
+        1, "vLLM data parallelism: only behind vLLM's server (one engine process per rank), so an in-process engine "
+        "refuses any value but 1; serve the model (vllm serve --data-parallel-size k, or replicas).",
+        flag="--data-parallel", minimum=1)
+    gpu_memory_utilization: float = _setting(0.85, "vLLM's share of GPU memory.", minimum=0.01)
+    max_model_len: int | None = _setting(None, "vLLM context limit (default: the model's).", minimum=1)
+    enforce_eager: bool = _setting(
+        False, "vLLM: run the model eagerly (no torch.compile or CUDA graphs): the engine starts in a third of the "
+        "time and decodes more slowly; outputs are the same.")
 
 
 def chat_to_json(messages: Sequence[Message]) -> list[dict[str, str]]:

@@ -107,3 +107,42 @@ def benchmark_prompts(
         raise ConfigError(f"benchmark {name!r}: unknown option(s) {', '.join(unknown)}; valid: {valid}")
     items = benchmark.load(data_dir=data_dir, limit=limit, **options)
     return [PromptRecord(item.id, item.messages) for item in items]
+
+
+def generate_samples(model: str, out: Path, *, prompts: Path | None, benchmark: str | None, data_dir: Path | None,
+                     limit: int | None, bench_option: list[str] | None, sampling, backend, outputs):
+    """`harness generate`: sample `model`'s answers to a prompt file or a benchmark's prompts into `out`; the
+    loop's summary.
+
+    Raises:
+        ConfigError: for both or neither of a prompt file and a benchmark, an output that is the input, loader
+            options without a benchmark.
+    """
+    from harness.cache import CallCache
+    from harness.commands.setup import as_dict, backend_options, bench_options, drive, same_file
+    from harness.generation import GenerateConfig, run_generate
+    from harness.pool import BackendPool
+
+    if (prompts is None) == (benchmark is None):
+        raise ConfigError("give exactly one of --prompts FILE or --benchmark NAME")
+    if prompts is not None and same_file(prompts, out):
+        raise ConfigError(f"--out {out} is the prompts file itself; choose another output file")
+    if bench_option and benchmark is None:
+        raise ConfigError("--bench-option goes with --benchmark")
+    if prompts is not None:
+        records = read_prompts_file(prompts)[:limit]
+    else:
+        options = bench_options([f"{benchmark}.{o}" for o in bench_option or ()], {}).get(benchmark)
+        records = benchmark_prompts(benchmark, data_dir=data_dir, limit=limit, options=options)
+    options = backend_options(backend)
+    config = GenerateConfig(model=model, source=str(prompts or benchmark), n=sampling.n,
+                            temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+                            seed=sampling.seed, limit=limit, stop=tuple(sampling.stop or ()))
+    pool = BackendPool(options=options, cache=None if outputs.no_cache else CallCache())
+    generator = pool.get(model)
+    pool.preflight()
+    return drive(pool, lambda: run_generate(
+        generator, records, config, out, parallel=max(64, 4 * options.concurrency),
+        runtime={"backend": as_dict(options), "no_cache": outputs.no_cache},
+        overwrite=outputs.overwrite, wait=outputs.wait, retry_failed=outputs.retry_failed,
+    ))

@@ -110,3 +110,28 @@ def make_work(evaluator, *, seed: int):
         return [ScoreRecord(item.id, evaluator.spec, set_seed, result.scores, result.trace.to_json())]
 
     return work
+
+
+def score_file(evaluator: str, input: Path, out: Path, *, seed: int, parallel: int, backend, outputs) -> LoopSummary:
+    """`harness score`: score the sets of `input` with `evaluator` into `out`; the loop's summary.
+
+    Raises:
+        ConfigError: for an output that is the input, a malformed input, an evaluator that cannot be built.
+    """
+    from harness.cache import CallCache
+    from harness.commands.setup import as_dict, backend_options, drive, same_file
+    from harness.pool import BackendPool
+    from judges import load_evaluator
+
+    if same_file(input, out):
+        raise ConfigError(f"--out {out} is the input file itself; choose another output file")
+    sets = read_sets_file(input)
+    options = backend_options(backend)
+    pool = BackendPool(options=options, cache=None if outputs.no_cache else CallCache())
+    judge = load_evaluator(evaluator, pool)
+    pool.preflight()
+    return drive(pool, lambda: run_score(
+        judge, sets, out, seed=seed, parallel=parallel, pool=pool,
+        runtime={"input": str(input), "backend": as_dict(options), "no_cache": outputs.no_cache},
+        overwrite=outputs.overwrite, wait=outputs.wait, retry_failed=outputs.retry_failed,
+    ))

@@ -130,3 +130,53 @@ def test_report_on_a_folder_that_is_not_a_run(tmp_path: Path):
     proc = harness("report", str(tmp_path))
     assert proc.returncode != 0
     assert proc.stderr.strip() == f"error: {tmp_path}: not a run directory (no manifest.json)"
+
+
+def test_backend_options_are_declared_once_for_every_verb_and_the_config():
+    """Every verb that builds models takes every `BackendOptions` field, under one flag each, and the values given
+    reach the verb as the config's `backend:` keys."""
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    from harness.backends.base import BackendOptions
+    from harness.commands import cli
+    from harness.commands.options import Backend, Outputs, takes_groups
+
+    fields = [f.name for f in dataclasses.fields(BackendOptions)]
+    flags = {f.name: f.metadata["flag"] or "--" + f.name.replace("_", "-") for f in dataclasses.fields(BackendOptions)}
+    for verb in ("generate", "run", "plan", "serve", "eval", "score", "lm-eval", "bench verify", "bench reward",
+                 "bench structured"):
+        shown = CliRunner().invoke(cli.app, [*verb.split(), "--help"], env={"COLUMNS": "400"}).output
+        missing = [flag for flag in flags.values() if flag not in shown]
+        assert not missing, f"harness {verb} lacks {missing}"
+
+    seen = {}
+
+    @takes_groups
+    def verb(name: str, *, backend: Backend, outputs: Outputs) -> None:
+        seen.update(name=name, backend=dict(backend), outputs=outputs)
+
+    import typer
+
+    app = typer.Typer()
+    app.command()(verb)
+    result = CliRunner().invoke(app, ["x", "--concurrency", "3", "--tensor-parallel", "2", "--enforce-eager",
+                                      "--dtype", "float32", "--wait"])
+    assert result.exit_code == 0, result.output
+    assert seen["backend"] == {"concurrency": 3, "tensor_parallel_size": 2, "enforce_eager": True,
+                               "dtype": "float32"}
+    assert set(seen["backend"]) <= set(fields) and seen["outputs"] == Outputs(wait=True)
+    refused = CliRunner().invoke(app, ["x", "--concurrency", "0"])
+    assert refused.exit_code == 2 and "--concurrency" in refused.output
+
+
+def test_no_verb_is_longer_than_40_lines():
+    import ast
+
+    from harness.commands import cli
+
+    tree = ast.parse(Path(cli.__file__).read_text(encoding="utf-8"))
+    long = {n.name: n.end_lineno - n.lineno + 1 for n in tree.body
+            if isinstance(n, ast.FunctionDef) and n.decorator_list and n.end_lineno - n.lineno + 1 > 40}
+    assert not long, f"verbs over 40 lines (move the work into a module): {long}"

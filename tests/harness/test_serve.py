@@ -294,7 +294,8 @@ def test_device_assignment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_serve_settings_are_checked(setup: dict, tmp_path: Path) -> None:
-    from harness.commands.cli import _table_plan
+    from harness.commands.options import Backend, Devices, TableRun
+    from harness.commands.setup import table_plan
     from harness.commands.runner import Prepared, build_models
     from harness.config import load_run_config
     from harness.errors import ConfigError
@@ -307,10 +308,7 @@ def test_serve_settings_are_checked(setup: dict, tmp_path: Path) -> None:
         load_run_config(bad, {})
 
     def models(serve: dict):
-        plan, options, cfg, served = _table_plan(
-            "table1", _config(setup, serve), {"table": "table1"}, judge={"judge": None, "base_url": None,
-            "api_key_env": None}, bench_option=None, skip_unavailable=False, devices={"gpus": None,
-            "gpu_memory": None}, backend={}, endpoints=None)
+        plan, options, cfg, served = table_plan("table1", TableRun(config=_config(setup, serve)), Backend(), Devices())
         pool = BackendPool(options=options, endpoints=served)
         ready = build_models(plan, pool, Prepared())
         return models_to_serve(pool, cfg.serve, evaluators=ready.evaluators.values(), devices=None)

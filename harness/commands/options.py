@@ -1,0 +1,187 @@
+"""The command line's shared options, each declared once (as inspect_ai's `_cli/common.py` declares its common
+options): a verb names a group as one parameter and `@takes_groups` spreads it into the group's options.
+
+- `Backend`: every `BackendOptions` field as `--field-name` (the same keys as a config's `backend:`); the verb gets
+  the values given, `None` meaning "not given" (the config's value, else the default).
+- `Devices`: the GPUs the local models share (`--gpus`, `--gpu-memory`); `EndpointsOption` names the models served
+  elsewhere (`--endpoints`).
+- `Outputs`: how a resumable output is written (`--no-cache`, `--overwrite`, `--wait`, `--retry-failed`).
+- `Sampling`: how `generate` samples (`--n`, `--temperature`, `--top-p`, `--max-tokens`, `--stop`, `--seed`).
+- `TableRun`: what `run` reads besides the backend; `plan` and `serve` take the same, so one command line with the
+  verb changed plans or serves that run.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from harness.backends.base import BackendOptions
+
+EndpointsOption = Annotated[Optional[Path], typer.Option(
+    "--endpoints", help="YAML/JSON `models:` file (harness serve writes one): each model spec named there is served by "
+    "its own OpenAI-compatible server(s) instead of loading here.")]
+OverwriteOption = Annotated[bool, typer.Option(
+    "--overwrite", help="Discard an existing output (e.g. one made with other settings).")]
+NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Bypass the call cache (nothing read or written).")]
+WaitOption = Annotated[bool, typer.Option(
+    "--wait", help="If another process is writing the output, wait for it instead of failing.")]
+
+
+class Backend(dict):
+    """The `BackendOptions` values given on the command line (field name -> value)."""
+
+
+@dataclass(frozen=True)
+class Devices:
+    gpus: Annotated[Optional[int], typer.Option(
+        "--gpus", min=1, help="GPUs the local models share (default: the config's devices:, else what nvidia-smi "
+        "lists; none on a CPU machine). With --gpu-memory the run is planned to fit.")] = None
+    gpu_memory: Annotated[Optional[float], typer.Option(
+        "--gpu-memory", min=1, help="GiB of one GPU (with --gpus).")] = None
+
+
+@dataclass(frozen=True)
+class Outputs:
+    no_cache: NoCacheOption = False
+    overwrite: OverwriteOption = False
+    wait: WaitOption = False
+    retry_failed: Annotated[bool, typer.Option(
+        "--retry-failed", help="Also redo records with parse failures (cached outputs are re-read, not re-asked).")] = (
+        False)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    n: Annotated[int, typer.Option("--n", min=1, help="Samples per prompt.")] = 1
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.0
+    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)] = 1.0
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 512
+    stop: Annotated[Optional[list[str]], typer.Option(
+        "--stop", help="A stop string: the text ends before it (repeatable).")] = None
+    seed: Annotated[int, typer.Option("--seed", help="Run seed; per-prompt seeds derive from it.")] = 0
+
+
+@dataclass(frozen=True)
+class TableRun:
+    preset: Annotated[Optional[str], typer.Option(
+        "--preset", help="paper (default) | cpu (smollm2-135m everywhere).")] = None
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", help="YAML settings; unknown keys are errors.")] = None
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="First N items per benchmark.")] = None
+    seeds: Annotated[Optional[int], typer.Option(
+        "--seeds", min=1, help="Repeats per item, AVG@k (default: the table's).")] = None
+    data_dir: Annotated[Optional[Path], typer.Option(
+        "--data-dir", help="Upstream benchmark files (else the Hub).")] = None
+    out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (rerun into it to resume).")] = None
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Run seed.")] = None
+    parallel: Annotated[Optional[int], typer.Option(
+        "--parallel", min=1, help="Sets scored (policy tables: answers generated) concurrently.")] = None
+    judge: Annotated[Optional[str], typer.Option(
+        "--judge", help="Policy tables: the judge model spec (default: the preset's).")] = None
+    judge_base_url: Annotated[Optional[str], typer.Option(
+        "--judge-base-url", help="Policy tables: the judge's OpenAI-compatible server URL.")] = None
+    judge_api_key_env: Annotated[Optional[str], typer.Option(
+        "--judge-api-key-env", help="Policy tables: the environment variable holding the judge's API key.")] = None
+    bench_option: Annotated[Optional[list[str]], typer.Option(
+        "--bench-option", metavar="BENCH.KEY=VALUE", help="A benchmark loader's option, e.g. "
+        "writingbench.subset=length or arena_hard_v2.missing_baseline=skip (repeatable).")] = None
+    skip_unavailable: Annotated[bool, typer.Option(
+        "--skip-unavailable", help="Leave out benchmarks that cannot be loaded and rows that cannot be built (shown "
+        "as dashes) instead of stopping.")] = False
+    item: Annotated[Optional[list[str]], typer.Option(
+        "--item", metavar="BENCH:ID", help="Run just this item (repeatable; table9: the case study's one item).")] = (
+        None)
+    coevolve: Annotated[Optional[Path], typer.Option(
+        "--coevolve", help="fig2, table9: a `harness train coevolve` output dir; its checkpoints are the rows (G0, "
+        "G1, G2, G2-stale; P1, P2, P2-stale).")] = None
+
+    def overrides(self, table: str) -> dict[str, Any]:
+        """The run config's fields given here (`harness.config.load_run_config` puts them over the file's)."""
+        from harness.config import items_option
+
+        return {"table": table, "items": items_option(self.item), "coevolve": self.coevolve, **{
+            k: getattr(self, k) for k in ("preset", "limit", "seeds", "data_dir", "out", "seed", "parallel")}}
+
+    def judge_given(self) -> dict[str, str | None]:
+        return {"judge": self.judge, "base_url": self.judge_base_url, "api_key_env": self.judge_api_key_env}
+
+
+def _backend_parameters() -> list[tuple[str, Any, Any]]:
+    """(name, annotation, default) of an option per `BackendOptions` field, all defaulting to None."""
+    hints = typing.get_type_hints(BackendOptions)
+    found = []
+    for f in dataclasses.fields(BackendOptions):
+        kind = next((a for a in typing.get_args(hints[f.name]) if a is not type(None)), hints[f.name])
+        flag = f.metadata["flag"] or "--" + f.name.replace("_", "-")
+        if kind is bool:
+            option = typer.Option(f"{flag}/--no-{flag[2:]}", help=f.metadata["help"], show_default=False,
+                                  rich_help_panel="Backend (a config's backend:)")
+        else:
+            option = typer.Option(flag, help=f.metadata["help"], min=f.metadata["min"], show_default=False,
+                                  rich_help_panel="Backend (a config's backend:)")
+        found.append((f.name, Annotated[Optional[kind], option], None))
+    return found
+
+
+_PANELS = {Devices: "Devices", Outputs: "Outputs"}
+
+
+def _group_parameters(group: type) -> list[tuple[str, Any, Any]]:
+    if group is Backend:
+        return _backend_parameters()
+    hints = typing.get_type_hints(group, include_extras=True)
+    found = []
+    for f in dataclasses.fields(group):
+        annotation = hints[f.name]
+        if group in _PANELS:
+            kind, option = typing.get_args(annotation)
+            option = copy.copy(option)
+            option.rich_help_panel = _PANELS[group]
+            annotation = Annotated[kind, option]
+        found.append((f.name, annotation, f.default))
+    return found
+
+
+GROUPS = (Backend, Devices, Outputs, Sampling, TableRun)
+
+
+def takes_groups(verb: Callable) -> Callable:
+    """Spread each parameter of `verb` annotated with a group (`GROUPS`) into the group's options, and hand the
+    verb the group built from their values."""
+    signature = inspect.signature(verb, eval_str=True)
+    params: list[inspect.Parameter] = []
+    spread: dict[str, tuple[type, list[str]]] = {}
+    for p in signature.parameters.values():
+        if p.annotation not in GROUPS:
+            params.append(p)
+            continue
+        names = []
+        for name, annotation, default in _group_parameters(p.annotation):
+            names.append(name)
+            params.append(inspect.Parameter(f"{p.name}__{name}", inspect.Parameter.KEYWORD_ONLY,
+                                            default=default, annotation=annotation))
+        spread[p.name] = (p.annotation, names)
+    taken = [p.name for p in params]
+    if len(set(taken)) != len(taken):
+        raise TypeError(f"{verb.__name__}: option names collide: {taken}")
+
+    @functools.wraps(verb)
+    def wrapper(*args, **kwargs):
+        for param, (group, names) in spread.items():
+            values = {name: kwargs.pop(f"{param}__{name}") for name in names}
+            kwargs[param] = (Backend({k: v for k, v in values.items() if v is not None}) if group is Backend
+                             else group(**values))
+        return verb(*args, **kwargs)
+
+    # Keyword-only parameters after positional ones with defaults are fine for typer (it reads names, not order).
+    wrapper.__signature__ = signature.replace(parameters=sorted(params, key=lambda p: p.kind))
+    return wrapper
