@@ -7,7 +7,7 @@ trained on the sets of `P_{r-2}` (the policy it already saw: G1 -> G2~ on P0), a
 `G_{r-1}` (the generator that did not co-evolve: P1 -> P2~ with G1). Table 3's ablations are the generator's
 `objective` (`disc`, `anchor`).
 
-Every stage is one `training.grpo.train` job with its own output dir (`G1`, `P1`, `G2`, `P2`, `G2-stale`,
+Every stage is one `training.job.train` job with its own output dir (`G1`, `P1`, `G2`, `P2`, `G2-stale`,
 `P2-stale` under `output_dir`), and `coevolve.json` lists them with their parents, so a table config can point rows
 at them (`rows: {DR-Generator-8B: "dynamic-rubric:generator=hf:OUT/G2,..."}`).
 
@@ -16,11 +16,14 @@ its parents' identities, where an earlier stage's identity is the digest of that
 reaches every stage trained from it). Before stage 1 trains, every stage's config is built and checked and its dir
 compared (`training.job.prepare`): a bad value stops the run there, and so do stages trained with other settings,
 all named in one error, unless `overwrite` discards them. A rerun keeps the finished stages of the same settings
-(more `rounds` add stages) and trains the rest.
+(more `rounds` add stages) and trains the rest. As each stage ends, `report` hears what it trained and where it is
+(the command prints it: `stage_line`). Under `accelerate launch` every process runs every stage
+(`training.job`); the main process writes `coevolve.json`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,7 @@ from judges.verify import VerifyMode
 from training import checkpoint
 from training.grpo import DataConfig, GRPOSettings, SetSampling, TrainConfig, with_data_dir, with_max_steps
 from training.job import Job, identify, prepare, run
+from training.ranks import current
 from training.rewards import Objective
 
 
@@ -157,14 +161,17 @@ _ROLE = {"model": "model", "sets_from": "policy", "generator": "generator"}
 """A stage's parent key in `plan` -> its role in the stage's job."""
 
 
-def coevolve(config: CoevolveConfig, *, overwrite: bool = False) -> dict[str, Any]:
-    """Run every stage of `plan` and write `coevolve.json`; returns it.
+def coevolve(config: CoevolveConfig, *, overwrite: bool = False,
+             report: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run every stage of `plan` and write `coevolve.json` (the main process); returns it.
 
     Every stage is prepared first; finished stages of the same settings are kept, the others trained in order.
 
     Args:
         config: The co-evolution config.
         overwrite: Discard (and retrain) the stages trained with other settings instead of refusing them.
+        report: Called (main process) with each stage's entry of `coevolve.json` as soon as the stage is trained or
+            kept, plus `reward`: its last logged reward stats (`stage_line` says it in one line).
 
     Raises:
         ConfigError: before any training, for a bad stage config or stages trained with other settings.
@@ -179,15 +186,32 @@ def coevolve(config: CoevolveConfig, *, overwrite: bool = False) -> dict[str, An
     done = []
     for stage, job in jobs:
         kept = job.binding.state == "finished"
-        if not kept:
-            run(job, overwrite=job.binding.state == "other")
+        manifest = checkpoint.read(job.config.output_dir) if kept else run(job, overwrite=job.binding.state == "other")
         done.append({**stage, "checkpoint": str(job.config.output_dir), "spec": f"hf:{job.config.output_dir}",
                      "status": "kept" if kept else "trained", "settings": checkpoint.digest(job.settings),
                      "parents": {k: job.parents[_ROLE[k]]["spec"] for k in stage if k in _ROLE}})
+        if report is not None and current().main:
+            history = manifest.get("reward_history") or [{}]
+            report({**done[-1], "reward": history[-1]})
     first = jobs[0][1].parents  # G1 starts from G0 and rates P0's sets
     manifest = {"rounds": config.rounds, "stale_controls": config.stale_controls,
                 "base": {"G0": first["model"], "P0": first["policy"]}, "stages": done,
                 "config": redact(config.model_dump(mode="json")), "versions": package_versions(), "written": utc_now()}
-    Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-    write_json_atomic(Path(config.output_dir) / "coevolve.json", manifest)
+    if current().main:
+        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(Path(config.output_dir) / "coevolve.json", manifest)
     return manifest
+
+
+def stage_line(entry: Mapping[str, Any]) -> str:
+    """One stage of `coevolve` in words: what it trained, from what, where it is, and its last reward stats."""
+    parents = entry["parents"]
+    if entry["kind"] == "generator":
+        what = f"generator from {parents['model']} on the sets of {parents['sets_from']}"
+    else:
+        what = f"policy from {parents['model']} with the rubrics of {parents['generator']}"
+    reward = entry.get("reward") or {}
+    shown = ", ".join(f"{k} {reward[k]:.4g}" for k in ("reward_mean", "disc_mean", "anchor_mean", "parse_rate")
+                      if isinstance(reward.get(k), float))
+    return (f"{entry['name']:<10} {entry['status']:<7} {what} -> {entry['checkpoint']}"
+            + (f" ({shown})" if shown else ""))

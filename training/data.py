@@ -27,6 +27,8 @@ B.2, policy prompts:
   substance, e.g. "What causes inflation?").
 - `max_turns`: at most `max_turns` (None: any) human turns.
 - `max_prompt_chars` (both rule sets; ours, off by default): drop prompts longer than this (the CPU smoke configs).
+- `max_response_chars` (generator sets; ours, off by default): drop rows with a response longer than this (the CPU
+  configs: every anchor is verified against every rubric item).
 - `duplicate`: each rendered prompt once (the first row wins).
 
 Response sets for the generator are sampled from the current policy (`sample_sets`) with the harness's own
@@ -38,9 +40,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from functools import partial
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +173,8 @@ class GeneratorRules(BaseModel):
     min_prompt_chars: int | None = Field(50, ge=0)
     max_prompt_chars: int | None = Field(None, ge=1)
     """Ours, off by default: drop longer prompts (small CPU runs)."""
+    max_response_chars: int | None = Field(None, ge=1)
+    """Ours, off by default: drop rows with a longer response (small CPU runs)."""
     min_top_chars: int | None = Field(50, ge=0)
     max_repetitive: int | None = Field(1, ge=0)
     min_unique_trigrams: float = Field(0.5, gt=0, le=1)
@@ -190,6 +194,8 @@ class GeneratorRules(BaseModel):
             out["min_prompt_chars"] = partial(_long_prompt, chars=self.min_prompt_chars, exempt=None)
         if self.max_prompt_chars is not None:
             out["max_prompt_chars"] = partial(_short_prompt, chars=self.max_prompt_chars)
+        if self.max_response_chars is not None:
+            out["max_response_chars"] = partial(_short_responses, chars=self.max_response_chars)
         if self.min_top_chars is not None:
             out["min_top_chars"] = partial(_long_top, chars=self.min_top_chars)
         if self.max_repetitive is not None:
@@ -268,6 +274,11 @@ def _long_prompt(r: NectarRow, *, chars: int, exempt: int | None) -> str | None:
 
 def _short_prompt(r: NectarRow, *, chars: int) -> str | None:
     return f"prompt of {len(r.prompt)} chars > {chars}" if len(r.prompt) > chars else None
+
+
+def _short_responses(r: NectarRow, *, chars: int) -> str | None:
+    longest = max((len(t) for t in r.responses), default=0)
+    return f"a response of {longest} chars > {chars}" if longest > chars else None
 
 
 def _long_top(r: NectarRow, *, chars: int) -> str | None:

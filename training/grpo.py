@@ -1,22 +1,24 @@
-"""`harness train generator|policy`: GRPO (TRL) on the DR rewards; the outputs are plain Hugging Face checkpoints.
+"""`harness train generator|policy`: the job's config, its data and TRL's `GRPOConfig` built from it.
 
 One config (YAML, unknown keys are errors; `TrainConfig`) names the model to train, the frozen models of its
 reward (the verifier; for the policy also the generator), the data (Nectar, filtered by Appendix B's rules,
 `training.data`) and TRL's GRPO settings. `training.job` checks a job before any model call (the config, TRL's
 own checks included, the data file, the models' identities, the output dir's binding) and then runs it:
 
-1. reads and filters the Nectar rows (the per-rule drop counts are logged and kept in the manifest);
-2. generator: samples each kept row's response set from the current policy with the harness's own generation
-   (`harness.generation`: any backend, cached, resumable; `sets.jsonl` in the output dir is bound to the
-   policy's identity), and builds the DR-Generator's prompt over it (`judges.dynamic.dynamic_generator_prompt`,
-   responses in a seeded order);
-3. trains with `trl.GRPOTrainer` and the reward of `training.rewards` (`scale_rewards="none"`: the generator's
-   reward already is the paper's advantage; for the policy TRL centres each group's rubric scores);
-4. saves the model and tokenizer into `output_dir` (so `hf:DIR` and `vllm:DIR` load it), `train_log.jsonl` (TRL's
-   per-step metrics with the reward's own: components, zero-spread groups, saturated items, rubric size, length
-   correlation, verifier calls, reward time next to step time) and `dr_manifest.json` (the settings it is bound
-   to, kind, parents with their identities, the data fingerprint, the filter counts, the resolved config,
-   versions, status).
+1. reads and filters the Nectar rows (the per-rule drop counts are logged and kept in the manifest); with
+   `data.heldout: N` the last N kept rows are a held-out split, never trained on;
+2. generator: the main process samples each row's response set from the current policy with the harness's own
+   generation (`harness.generation`: any backend, cached, resumable; `sets.jsonl` in the output dir is bound to
+   the policy's identity), the other ranks read it, and each row becomes the DR-Generator's prompt over its set
+   (`judges.dynamic.dynamic_generator_prompt`, responses in a seeded order);
+3. trains with `training.trainer.DRGRPOTrainer` (TRL's `GRPOTrainer`, the generator's rollouts under the rubric
+   grammar: `training.rollouts`) and the reward of `training.rewards` (`scale_rewards="none"`: the generator's
+   reward already is the paper's advantage; for the policy TRL centres each group's rubric scores), evaluating
+   the held-out split at step 0 and every `eval_every` steps (`training.fit`);
+4. saves the model and tokenizer into `output_dir` (so `hf:DIR` and `vllm:DIR` load it), `train_log.jsonl`
+   (TRL's per-step metrics with the reward's own), TensorBoard events (`runs/`), `training_curves.png` and
+   `dr_manifest.json` (the settings it is bound to, kind, parents with their identities, the data fingerprint,
+   the filter counts, the resolved config, versions, status).
 
 Defaults are TRL's unless a field says otherwise; the paper gives no hyper-parameters we could check offline, so the
 paper-scale configs under `training/configs/` are ours and say so.
@@ -25,7 +27,6 @@ paper-scale configs under `training/configs/` are ours and say so.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -48,7 +49,8 @@ class GRPOSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     RUNTIME: ClassVar[frozenset[str]] = frozenset({
-        "logging_steps", "save_steps", "gradient_checkpointing", "vllm_server_base_url", "vllm_gpu_memory_utilization"})
+        "logging_steps", "save_steps", "gradient_checkpointing", "vllm_server_base_url", "vllm_gpu_memory_utilization",
+        "report_to"})
     """Fields that change how a job runs, not what it trains: a checkpoint is not bound to them."""
 
     num_generations: int = Field(8, ge=2)
@@ -56,7 +58,8 @@ class GRPOSettings(BaseModel):
     max_completion_length: int = Field(1024, ge=1)
     per_device_train_batch_size: int = Field(8, ge=1)
     gradient_accumulation_steps: int = Field(1, ge=1)
-    learning_rate: float = Field(1e-6, gt=0)
+    learning_rate: float = Field(1e-6, ge=0)
+    """0 makes a control run: every step is taken and nothing moves (`--control`)."""
     max_steps: int = Field(100, ge=1)
     beta: float = Field(0.0, ge=0)
     """KL weight (TRL's default 0: no reference model)."""
@@ -73,7 +76,10 @@ class GRPOSettings(BaseModel):
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
     logging_steps: int = Field(1, ge=1)
     save_steps: int | None = Field(None, ge=1)
-    """Intermediate checkpoints every N steps (None: only the final one)."""
+    """Intermediate checkpoints every N steps (None: only the final one); an interrupted job resumes from the
+    latest one (TRL's `resume_from_checkpoint`: optimizer, scheduler, random state and data order)."""
+    report_to: list[str] = Field(default_factory=lambda: ["tensorboard"])
+    """TRL's `report_to` (TensorBoard events under `OUTPUT/runs/`; `[]`: none)."""
     seed: int = 0
     extra: dict[str, Any] = Field(default_factory=dict)
 
@@ -102,6 +108,9 @@ class DataConfig(BaseModel):
     """Keep the first N rows that pass the rules."""
     generator_rules: GeneratorRules = Field(default_factory=GeneratorRules)
     policy_rules: PolicyRules = Field(default_factory=PolicyRules)
+    heldout: int = Field(0, ge=0)
+    """The last N rows that pass the rules (after the first `limit`) form the held-out split: never trained on,
+    evaluated with `eval_every`."""
     sets: SetSampling | None = None
     """Generator training: the policy whose response sets the rubrics are for."""
 
@@ -126,6 +135,8 @@ class TrainConfig(BaseModel):
     """Generator: Table 3's ablations (`disc`: without the anchor, `anchor`: without discriminability)."""
     gen_max_tokens: int = Field(512, ge=16)
     """Policy: the frozen generator's rubric budget."""
+    eval_every: int | None = Field(None, ge=1)
+    """Evaluate the held-out split (`data.heldout`) at step 0, every N steps and at the end (`training.fit`)."""
     data: DataConfig = Field(default_factory=DataConfig)
     grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     backend: dict[str, Any] = Field(default_factory=dict)
@@ -139,16 +150,17 @@ class TrainConfig(BaseModel):
 
 
 def load_train_config(path: Path, *, output_dir: Path | None = None, data_dir: Path | None = None,
-                      max_steps: int | None = None) -> TrainConfig:
+                      max_steps: int | None = None, eval_every: int | None = None) -> TrainConfig:
     """The YAML file's settings with the command line's non-None values on top (`output_dir`, `data.data_dir`,
-    `grpo.max_steps`).
+    `grpo.max_steps`, `eval_every`).
 
     Raises:
         ConfigError: naming the file and the offending keys.
     """
     from harness.config import load_config_file
 
-    config = load_config_file(path, TrainConfig, what="training config", overrides={"output_dir": output_dir})
+    config = load_config_file(path, TrainConfig, what="training config",
+                              overrides={"output_dir": output_dir, "eval_every": eval_every})
     return config.model_copy(update={"data": with_data_dir(config.data, data_dir),
                                      "grpo": with_max_steps(config.grpo, max_steps)})
 
@@ -184,12 +196,14 @@ def model_path(spec: str) -> str:
     return name
 
 
-def read_rows(config: DataConfig, nectar: Path | None, *, policy: bool) -> tuple[list[NectarRow], FilterReport]:
+def read_rows(config: DataConfig, nectar: Path | None, *, policy: bool
+              ) -> tuple[list[NectarRow], list[NectarRow], FilterReport]:
     """The Nectar rows of the file `nectar` (None: the Hub split) that pass the generator's (or the policy's)
-    rules, with the report.
+    rules: the training rows, the held-out rows (the last `config.heldout` kept) and the report.
 
     Raises:
-        ConfigError: for a malformed file or row (naming it), or when no row passes the rules.
+        ConfigError: for a malformed file or row (naming it), when no row passes the rules, or when the rules
+            leave too few rows for the held-out split.
     """
     from benchmarks.nectar import HUB_ID, HUB_SPLIT
     from training.data import read_nectar, row_from_nectar
@@ -203,25 +217,26 @@ def read_rows(config: DataConfig, nectar: Path | None, *, policy: bool) -> tuple
         rows = (row_from_nectar(r, i, f"{HUB_ID}[{HUB_SPLIT}] row {i}") for i, r in enumerate(hub))
     rules = (config.policy_rules if policy else config.generator_rules).rules()
     report = FilterReport()
+    wanted = None if config.limit is None else config.limit + config.heldout
     kept = []
     for row in filter_rows(rows, rules, report):
         kept.append(row)
-        if config.limit is not None and len(kept) >= config.limit:
+        if wanted is not None and len(kept) >= wanted:
             break
-    if not kept:
-        raise ConfigError("no Nectar row passed the rules:\n" + "\n".join(report.lines()))
-    return kept, report
+    if len(kept) <= config.heldout:
+        found = "no Nectar row passed the rules" if not kept else (
+            f"{len(kept)} Nectar rows passed the rules, too few for data.heldout {config.heldout} and training")
+        raise ConfigError(found + ":\n" + "\n".join(report.lines()))
+    split = len(kept) - config.heldout
+    return kept[:split], kept[split:], report
 
 
-def sample_sets(rows: list[NectarRow], sampling: SetSampling, out: Path, pool: Any, *, seed: int
-                ) -> tuple[list[NectarRow], list[list[str]], dict[str, str]]:
-    """Each row's response set sampled from the current policy (`harness generate` into `out`, resumable and
-    cached, bound to the policy's identity); rows with a failed sample are left out. Returns (rows, sets, the
-    policy's identity)."""
+def sample_sets(rows: list[NectarRow], sampling: SetSampling, out: Path, pool: Any, *, seed: int) -> dict[str, str]:
+    """Sample each row's response set from the current policy into `out` (`harness generate`'s machinery:
+    resumable and cached, bound to the policy's identity); returns the policy's identity. The main process's
+    job: `read_sets` reads the file on every rank."""
     from harness.backends.base import user_chat
     from harness.generation import GenerateConfig, PromptRecord, run_generate
-    from harness.records import GenerationRecord
-    from harness.runstore import RecordLog
 
     backend = pool.get(sampling.policy)
     prompts = [PromptRecord(r.id, user_chat(r.prompt)) for r in rows]
@@ -235,6 +250,15 @@ def sample_sets(rows: list[NectarRow], sampling: SetSampling, out: Path, pool: A
             await pool.close()
 
     asyncio.run(go())
+    return backend.identity()
+
+
+def read_sets(rows: list[NectarRow], sampling: SetSampling, out: Path) -> tuple[list[NectarRow], list[list[str]]]:
+    """The rows whose whole set `sample_sets` wrote into `out`, and their sets (read only: every rank may read
+    it); rows with a failed sample are left out."""
+    from harness.records import GenerationRecord
+    from harness.runstore import RecordLog
+
     found: dict[str, dict[int, str]] = {}
     for record in RecordLog(out, GenerationRecord).records():
         if record.text is not None:
@@ -248,10 +272,11 @@ def sample_sets(rows: list[NectarRow], sampling: SetSampling, out: Path, pool: A
     if len(kept) < len(rows):
         log.info("%d of %d rows left out: some of their samples failed (see %s)", len(rows) - len(kept), len(rows),
                  out)
-    return kept, sets, backend.identity()
+    return kept, sets
 
 
-def generator_dataset(rows: list[NectarRow], sets: list[list[str]], *, seed: int) -> list[dict[str, Any]]:
+def generator_dataset(rows: list[NectarRow], sets: list[list[str]], *, seed: int, split: str = "train"
+                      ) -> list[dict[str, Any]]:
     """One GRPO prompt per row: the DR-Generator's request over the row's set, in a seeded order."""
     from harness.seeds import derive_seed
     from judges.dynamic import dynamic_generator_prompt, presentation_order
@@ -261,21 +286,31 @@ def generator_dataset(rows: list[NectarRow], sets: list[list[str]], *, seed: int
         order = presentation_order(len(responses), derive_seed(seed, row.id))
         text = dynamic_generator_prompt(row.prompt, responses, order)
         out.append({"prompt": [{"role": "user", "content": text}], "row": row.id, "question": row.prompt,
-                    "responses": list(responses), "anchor": list(row.responses)})
+                    "responses": list(responses), "anchor": list(row.responses), "split": split})
     return out
 
 
-def policy_dataset(rows: list[NectarRow]) -> list[dict[str, Any]]:
+def policy_dataset(rows: list[NectarRow], *, split: str = "train") -> list[dict[str, Any]]:
     """One GRPO prompt per row: the user's prompt."""
-    return [{"prompt": [{"role": "user", "content": r.prompt}], "row": r.id, "question": r.prompt} for r in rows]
+    return [{"prompt": [{"role": "user", "content": r.prompt}], "row": r.id, "question": r.prompt, "split": split}
+            for r in rows]
 
 
-def grpo_config(settings: GRPOSettings, output_dir: Path) -> Any:
+def grpo_config(settings: GRPOSettings, output_dir: Path, *, rollouts: Any = None, eval_every: int | None = None
+                ) -> Any:
     """TRL's `GRPOConfig` from our settings (CPU: float32, `use_cpu`).
 
+    Args:
+        settings: The job's GRPO settings.
+        output_dir: Where TRL writes.
+        rollouts: The rollouts' grammar (`training.rollouts.rollout_constraint`), or None. With vLLM generation it
+            becomes TRL's `generation_kwargs["structured_outputs"]`, and the vLLM importance-sampling correction is
+            off unless `extra` sets it (`training.rollouts` says why).
+        eval_every: Evaluate every N steps and at step 0 (the eval batches hold whole groups, as the train ones).
+
     Raises:
-        ConfigError: for an `extra` key that is no `GRPOConfig` field, or values TRL refuses (e.g. a batch that
-            does not divide into groups).
+        ConfigError: for an `extra` key that is no `GRPOConfig` field, values TRL refuses (e.g. a batch that
+            does not divide into groups), or a process's batch that would split a group between processes.
     """
     import dataclasses
 
@@ -293,7 +328,7 @@ def grpo_config(settings: GRPOSettings, output_dir: Path) -> Any:
         bf16=cuda if settings.bf16 is None else settings.bf16,
         use_cpu=not cuda,
         scale_rewards="none",
-        report_to="none",
+        report_to=list(settings.report_to) or "none",
         save_strategy="steps" if settings.save_steps else "no",
         save_steps=settings.save_steps or 500,
         disable_tqdm=True,
@@ -302,70 +337,37 @@ def grpo_config(settings: GRPOSettings, output_dir: Path) -> Any:
         values["vllm_server_base_url"] = settings.vllm_server_base_url
     if "activation_checkpointing" in fields:  # transformers 5's name; the old one warns on every config built
         values["activation_checkpointing"] = values.pop("gradient_checkpointing")
-    values.update(settings.extra)
+    if eval_every is not None:
+        values.update(eval_strategy="steps", eval_steps=eval_every, eval_on_start=True,
+                      per_device_eval_batch_size=settings.per_device_train_batch_size)
+    extra = dict(settings.extra)
+    if rollouts is not None and settings.use_vllm:
+        from training.rollouts import vllm_generation_kwargs
+
+        extra["generation_kwargs"] = {**vllm_generation_kwargs(rollouts), **(extra.get("generation_kwargs") or {})}
+        extra.setdefault("vllm_importance_sampling_correction", False)
+    values.update(extra)
     try:
-        return GRPOConfig(**values)
+        args = GRPOConfig(**values)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"grpo: {exc}") from None
+    _check_local_groups(args)
+    return args
 
 
-class _StepLog:
-    """A TrainerCallback writing every TRL log line (with the reward's `dr/*` metrics) to `train_log.jsonl`."""
-
-    def __new__(cls, path: Path):
-        from transformers import TrainerCallback
-
-        class StepLog(TrainerCallback):
-            def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ARG002
-                if logs:
-                    with path.open("a", encoding="utf-8") as f:
-                        f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
-
-        return StepLog()
-
-
-def make_reward(kind: str, config: TrainConfig, pool: Any) -> Any:
-    """The TRL reward function of a generator or policy job, its frozen models from `pool`."""
-    from training.rewards import GeneratorReward, PolicyReward
-
-    g = config.grpo.num_generations
-    if kind == "generator":
-        return GeneratorReward(pool.get(config.verifier), group_size=g, lam=config.lam, objective=config.objective,
-                               mode=config.verify_mode, structured=config.structured)
-    from judges.dynamic import RubricEvaluator
-
-    evaluator = RubricEvaluator(
-        f"dynamic-rubric:generator={config.generator},verifier={config.verifier},mode={config.verify_mode}",
-        generator=pool.get(config.generator), verifier=pool.get(config.verifier), dynamic=True,
-        mode=config.verify_mode, gen_max_tokens=config.gen_max_tokens, structured=config.structured,
-    )
-    return PolicyReward(evaluator, group_size=g, seed=config.grpo.seed)
-
-
-def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], reward: Any, out: Path) -> Path:
-    """GRPO on `dataset` with `reward` (a TRL reward function), the model and tokenizer saved into `out`, TRL's
-    per-step log lines in `out/train_log.jsonl`. Returns the log's path.
+def _check_local_groups(args: Any) -> None:
+    """Each process rewards its own share of a batch, group by group: every process's share must hold whole
+    groups (TRL checks only the batch over all processes).
 
     Raises:
-        ConfigError: when the model cannot be loaded.
+        ConfigError: naming the sizes.
     """
-    from datasets import Dataset
-    from trl import GRPOTrainer
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    trainer_log = out / "train_log.jsonl"
-    trainer_log.unlink(missing_ok=True)
-    args = grpo_config(settings, out)
-    # TRL warns with the whole row for every completion no reward could score; the reward counts those itself
-    # (`dr/unscored_*` in the log).
-    logging.getLogger("trl.trainer.grpo_trainer").setLevel(logging.ERROR)
-    try:
-        trainer = GRPOTrainer(model=model_path(model), reward_funcs=[reward], args=args,
-                              train_dataset=Dataset.from_list(dataset), callbacks=[_StepLog(trainer_log)])
-    except OSError as exc:
-        raise ConfigError(f"cannot load the model to train {model!r}: {exc}") from None
-    trainer.train()
-    trainer.save_model(str(out))
-    trainer.processing_class.save_pretrained(str(out))
-    return trainer_log
+    local = args.per_device_train_batch_size * args.steps_per_generation
+    if local % args.num_generations:
+        raise ConfigError(f"grpo: a process's generation batch (per_device_train_batch_size x steps_per_generation "
+                          f"= {local}) must hold whole groups of num_generations ({args.num_generations}): each "
+                          f"process rewards its own groups")
+    groups = args.num_generations_eval or args.num_generations
+    if args.eval_strategy != "no" and args.per_device_eval_batch_size % groups:
+        raise ConfigError(f"grpo: per_device_eval_batch_size ({args.per_device_eval_batch_size}) must hold whole "
+                          f"groups of {groups}")

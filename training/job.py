@@ -1,13 +1,20 @@
 """One training job: checked and bound to its output dir before any model call (`prepare`), then run (`run`).
 
 `prepare` checks everything that can be known before a model is called: the kind's required fields, the backend
-options, TRL's own checks of the GRPO settings, the model to train, the data file, and the identity of every model
-the job starts from or is rewarded by. From these it builds the job's *settings* (`job_settings`) and compares them
-with what the output dir holds (`training.checkpoint`). `run` refuses a dir trained with other settings (naming
-every difference) unless `overwrite` discards it, reads the data, writes the manifest with status `running`, trains
-(`training.grpo`) and writes the manifest's end. A rerun of the same settings keeps a finished
-checkpoint (`overwrite` trains it again) and trains an unfinished one again from the start: the generator's
-response sets (`sets.jsonl`) resume, and the call cache answers the frozen models' repeated calls.
+options, TRL's own checks of the GRPO settings (and that each process's batch holds whole groups), the model to
+train, the data file, and the identity of every model the job starts from or is rewarded by. From these it builds
+the job's *settings* (`job_settings`) and compares them with what the output dir holds (`training.checkpoint`).
+`run` refuses a dir trained with other settings (naming every difference) unless `overwrite` discards it, reads the
+data, writes the manifest with status `running`, trains (`training.fit`) and writes the manifest's end and the
+figure of its curves (`training.plots`). A rerun of the same settings keeps a finished checkpoint (`overwrite`
+trains it again) and resumes an unfinished one from its latest `checkpoint-N` (with `grpo.save_steps`; else from
+the start): the generator's response sets (`sets.jsonl`) resume, and the call cache answers the frozen models'
+repeated calls.
+
+Under `accelerate launch --num_processes N` every process runs the same job (`training.ranks`): all of them check
+it, the main process alone writes the manifest, samples the response sets, saves the checkpoint and writes the
+logs; the others wait for the sets and read them, and each process rewards its own share of every batch. A frozen
+model loaded in-process by `vllm:` would start one engine per process beside TRL's: it is refused; serve it.
 """
 
 from __future__ import annotations
@@ -78,11 +85,12 @@ def identify(spec: str, options: Any, endpoints: Mapping[str, Any] | None = None
 def job_settings(kind: Kind, config: TrainConfig, *, parents: Mapping[str, Mapping[str, Any]],
                  data: str) -> dict[str, Any]:
     """Everything that changes what a job trains: its kind, its config (less the output dir, the data dir's path
-    and the runtime knobs: the backend's options, whose output-changing choices are in the models' identities, and
-    `GRPOSettings.RUNTIME`), the identities of its parents and the data's fingerprint."""
+    and the runtime knobs: the backend's options, whose output-changing choices are in the models' identities,
+    `GRPOSettings.RUNTIME`, and `eval_every`: the held-out evaluation draws on a random stream of its own and
+    leaves the training unchanged), the identities of its parents and the data's fingerprint."""
     values = config.model_dump(mode="json", exclude={
-        "output_dir": True, "backend": True, "models": True, "devices": True, "data": {"data_dir": True},
-        "grpo": {name: True for name in GRPOSettings.RUNTIME}})
+        "output_dir": True, "backend": True, "models": True, "devices": True, "eval_every": True,
+        "data": {"data_dir": True}, "grpo": {name: True for name in GRPOSettings.RUNTIME}})
     identities = {role: parent["identity"] for role, parent in parents.items()}
     return {"kind": kind, **values, "parents": identities, "data_source": data}
 
@@ -110,8 +118,12 @@ def prepare(kind: Kind, config: TrainConfig, *, known: Mapping[str, dict[str, An
     options = backend_options(config.backend, where="backend")
     endpoints = parse_endpoints(config.models, where="training config")
     nectar = local_file(Path(config.data.data_dir)) if config.data.data_dir is not None else None
-    grpo_config(config.grpo, Path(config.output_dir))
+    if config.eval_every is not None and not config.data.heldout:
+        raise ConfigError("eval_every: the held-out evaluation needs data.heldout rows (the last N rows that pass "
+                          "the rules are held out)")
+    grpo_config(config.grpo, Path(config.output_dir), eval_every=config.eval_every)
     model_path(config.model)
+    _check_frozen_engines(kind, config, endpoints)
     known = known or {}
     parents = {role: {"spec": spec, "identity": known[spec] if spec in known else identify(spec, options, endpoints)}
                for role, spec in parent_specs.items()}
@@ -121,6 +133,22 @@ def prepare(kind: Kind, config: TrainConfig, *, known: Mapping[str, dict[str, An
         check_training(load(kind, config, options, endpoints, devices), devices)
     return Job(kind, config, options, endpoints, nectar, parents, settings,
                checkpoint.check(config.output_dir, settings))
+
+
+def _check_frozen_engines(kind: Kind, config: TrainConfig, endpoints: Mapping[str, Any]) -> None:
+    """Refuse, under several processes, a frozen model that each process would load as an in-process vLLM engine.
+
+    Raises:
+        ConfigError: naming the model and the way out.
+    """
+    from training.ranks import current
+
+    if current().world < 2:
+        return
+    for role, spec in roles(kind, config).items():
+        if role in ("verifier", "generator") and spec.startswith("vllm:") and spec not in endpoints:
+            raise ConfigError(f"{role} {spec}: under {current().world} training processes each would start a vLLM "
+                              f"engine of its own; serve it (harness serve, or models: / --endpoints)")
 
 
 def load(kind: Kind, config: TrainConfig, options: Any, endpoints: Mapping[str, Any], devices: Any,
@@ -154,12 +182,13 @@ def load(kind: Kind, config: TrainConfig, options: Any, endpoints: Mapping[str, 
 
 
 def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
-    """Train a prepared job into its output dir; returns the manifest written there.
+    """Train a prepared job into its output dir; returns the manifest written there (on every process).
 
     Raises:
         ConfigError: for an output dir trained with other settings (without `overwrite`), malformed data, data
             that leaves nothing to train on, or a model that cannot be loaded.
     """
+    from training import ranks
     from training.data import fingerprint
     from training.grpo import read_rows
 
@@ -168,27 +197,54 @@ def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
     if job.binding.state == "finished" and not overwrite:  # the same command again: the checkpoint stands
         log.info("%s is trained with these settings; --overwrite trains it again", job.config.output_dir)
         return checkpoint.read(job.config.output_dir)
-    rows, report = read_rows(job.config.data, job.nectar, policy=job.kind == "policy")
-    for line in report.lines():
+    rows, heldout, report = read_rows(job.config.data, job.nectar, policy=job.kind == "policy")
+    me = ranks.current()
+    for line in report.lines() if me.main else ():
         log.info("nectar: %s", line)
-    if overwrite and job.binding.state != "new":
-        checkpoint.discard(job.binding)
+    ranks.barrier()  # every process has compared the dir before the main process changes it
     out = Path(job.config.output_dir)
-    manifest = checkpoint.start(out, kind=job.kind, settings=job.settings,
-                                config=job.config.model_dump(mode="json"), parents=job.parents)
+    resume = job.binding.state == "unfinished" and not overwrite
+    manifest: dict[str, Any] = {}
+    if me.main:
+        if overwrite and job.binding.state != "new":
+            checkpoint.discard(job.binding)
+        manifest = checkpoint.start(out, kind=job.kind, settings=job.settings,
+                                    config=job.config.model_dump(mode="json"), parents=job.parents)
+    ranks.barrier()  # the dir is ready (discarded, its manifest written) before any process writes into it
     try:
-        rows, history = _train(job, rows)
+        rows, history, weights = _train(job, rows, heldout, resume=resume)
     except BaseException as exc:
-        interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted, asyncio.CancelledError))
-        try:
-            checkpoint.finish(out, manifest, status="interrupted" if interrupted else "failed",
-                              error=f"{type(exc).__name__}: {exc}")
-        except HarnessError:
-            pass  # the first error is the one to report; this one (often the same full disk) only repeats it
+        if me.main:
+            _record_failure(out, manifest, exc)
         raise
-    data = {"fingerprint": fingerprint(rows), "rows": len(rows),
-            "filter": {"seen": report.seen, "kept": report.kept, "dropped": report.dropped}}
-    return checkpoint.finish(out, manifest, status="finished", data=data, reward_history=history)
+    if me.main:
+        data = {"fingerprint": fingerprint(rows), "rows": len(rows), "heldout": len(heldout),
+                "heldout_fingerprint": fingerprint(heldout) if heldout else None,
+                "filter": {"seen": report.seen, "kept": report.kept, "dropped": report.dropped}}
+        manifest = checkpoint.finish(out, manifest, status="finished", data=data, reward_history=history,
+                                     processes={"count": me.world, "weights": weights})
+        _plot(out)
+    ranks.barrier()
+    return manifest if me.main else checkpoint.read(out)
+
+
+def _record_failure(out: Path, manifest: dict[str, Any], exc: BaseException) -> None:
+    interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted, asyncio.CancelledError))
+    try:
+        checkpoint.finish(out, manifest, status="interrupted" if interrupted else "failed",
+                          error=f"{type(exc).__name__}: {exc}")
+    except HarnessError:
+        pass  # the first error is the one to report; this one (often the same full disk) only repeats it
+
+
+def _plot(out: Path) -> None:
+    """The run's curves as `training_curves.png` (said and skipped where matplotlib is missing)."""
+    from training.plots import plot_run
+
+    try:
+        log.info("curves: %s", plot_run(out))
+    except ConfigError as exc:
+        log.warning("no figure of the curves: %s", exc)
 
 
 def train(kind: Kind, config: TrainConfig, *, overwrite: bool = False) -> dict[str, Any]:
@@ -196,24 +252,38 @@ def train(kind: Kind, config: TrainConfig, *, overwrite: bool = False) -> dict[s
     return run(prepare(kind, config), overwrite=overwrite)
 
 
-def _train(job: Job, rows: list) -> tuple[list, list[dict[str, Any]]]:
-    """Sample the generator's sets (generator jobs), train, save; returns the rows trained on and the reward's
-    per-step history."""
+def _train(job: Job, rows: list, heldout: list, *, resume: bool
+           ) -> tuple[list, list[dict[str, Any]], list[str] | None]:
+    """Sample the generator's sets (generator jobs: the main process), train, save; returns the rows trained on,
+    the reward's per-step history (this process's share) and every process's weights digest."""
     from harness.cache import CallCache
     from harness.pool import BackendPool
-    from training.grpo import fit, generator_dataset, make_reward, policy_dataset, sample_sets
+    from training import ranks
+    from training.fit import fit, make_reward
+    from training.grpo import generator_dataset, policy_dataset, read_sets, sample_sets
+    from training.rollouts import rollout_constraint
 
     config, out = job.config, Path(job.config.output_dir)
+    seed = config.grpo.seed
+    rollouts = None
     if job.kind == "generator":
-        sets_pool = BackendPool(options=job.options, cache=CallCache(), endpoints=job.endpoints)
-        rows, sets, _ = sample_sets(rows, config.data.sets, out / "sets.jsonl", sets_pool, seed=config.grpo.seed)
-        dataset = generator_dataset(rows, sets, seed=config.grpo.seed)
+        sets_file = out / "sets.jsonl"
+        if ranks.current().main:
+            sets_pool = BackendPool(options=job.options, cache=CallCache(), endpoints=job.endpoints)
+            sample_sets(rows + heldout, config.data.sets, sets_file, sets_pool, seed=seed)
+        ranks.barrier()  # the other processes wait for the sets, then read them
+        rows, sets = read_sets(rows, config.data.sets, sets_file)
+        dataset = generator_dataset(rows, sets, seed=seed)
+        heldout, held_sets = read_sets(heldout, config.data.sets, sets_file)
+        evaluated = generator_dataset(heldout, held_sets, seed=seed, split="heldout")
+        rollouts = rollout_constraint(config.grpo.max_completion_length) if config.structured else None
     else:
-        dataset = policy_dataset(rows)
+        dataset, evaluated = policy_dataset(rows), policy_dataset(heldout, split="heldout")
     pool = BackendPool(options=job.options, cache=CallCache(), endpoints=job.endpoints)
     reward = make_reward(job.kind, config, pool)
     try:
-        fit(config.model, config.grpo, dataset, reward, out)
+        fitted = fit(config.model, config.grpo, dataset, reward, out, heldout=evaluated,
+                     eval_every=config.eval_every, rollouts=rollouts, resume=resume)
     finally:
         asyncio.run(pool.close())
-    return rows, reward.history
+    return rows, reward.history, list(fitted.weights) if fitted.weights is not None else None

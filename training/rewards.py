@@ -15,17 +15,22 @@ paper combines the two *at the advantage level*: `A = z(disc) + lambda * z(ancho
 reward (TRL's formula: `(r - mean) / (std + 1e-4)`, sample std over the group's scorable members). This function
 returns that sum, which has mean 0 in every group; trained with TRL's `scale_rewards="none"` (what `training.grpo`
 sets), TRL's advantage `r - mean(r)` is then exactly the paper's. (TRL's own `multi_objective_aggregation=
-"normalize_then_sum"` standardises once more over the whole batch, a step the paper does not describe; the test
-`tests/training/test_rewards.py` shows what it changes.) `objective="disc"` / `"anchor"` are Table 3's ablations.
+"normalize_then_sum"` standardises once more over the whole batch, a step the paper does not describe; a test in
+`tests/training/test_grpo_smoke.py` shows what it changes.) `objective="disc"` / `"anchor"` are Table 3's ablations;
+their training batches verify only what they use (the set, or the anchors), and held-out batches verify both.
 
 **Policy** (`PolicyReward`): each group of completions for one prompt gets one rubric from the frozen generator,
 and each completion's rubric score is its reward: exactly the `dynamic-rubric` evaluator's `score_set` (the
 evaluators' protocol), so training and evaluation share one scoring path.
 
-Logged per call (one optimisation step's generation batch), through TRL's `log_metric` and in `stats`: each reward
-component's mean and std, the share of groups whose reward has zero spread, the share of saturated rubric items,
-the mean rubric size, the correlation of the reward with completion length (characters), the verifier's backend
-calls, the unscorable completions by cause, and the reward's wall time.
+Logged per call (one optimisation step's generation batch, or one held-out batch), through TRL's `log_metric` and
+in `stats`: each reward component's mean and std, the share of completions whose rubric parsed (`parse_rate`: the
+generator's rollouts; for the policy, its frozen generator's rubrics), the share of groups whose reward has zero
+spread, the share of saturated rubric items, the mean rubric size, the correlation of the reward with completion
+length (characters), the verifier's backend calls, the unscorable completions by cause, and the reward's wall time.
+The generator's reward also logs `anchor_pair_acc`: of the anchor pairs (i better than j by the annotation), the
+share its rubric scores strictly in that order (`anchor_order_accuracy`; a tie is wrong), its mean over the scored
+rubrics. A call on held-out rows (the dataset's `split` column is `heldout`) goes to `eval_history`, not `history`.
 """
 
 from __future__ import annotations
@@ -40,7 +45,15 @@ from typing import Any, Literal
 import numpy as np
 
 from harness.backends.base import Backend
-from judges.rubric import Rubric, RubricParseError, aggregate, anchor_reward, disc_reward, parse_rubric, saturated_share
+from judges.rubric import (
+    Rubric,
+    RubricParseError,
+    aggregate,
+    anchor_reward,
+    disc_reward,
+    parse_rubric,
+    saturated_share,
+)
 from judges.verify import VerifyMode, verify
 
 Objective = Literal["both", "disc", "anchor"]
@@ -88,6 +101,20 @@ def zero_std_share(values: Sequence[float | None], group_size: int) -> float:
         found = [v for v in group if v is not None]
         flat += len(found) < 2 or max(found) - min(found) == 0
     return flat / len(groups) if groups else 0.0
+
+
+def anchor_order_accuracy(scores_in_gold_rank_order: Sequence[float]) -> float:
+    """Of the pairs (i, j), i ranked better than j by the annotation, the share scored strictly in that order
+    (`S_i > S_j`; a tie counts as wrong, as for the benchmarks' strict accuracy).
+
+    Raises:
+        ValueError: for fewer than two scores.
+    """
+    s = np.asarray(scores_in_gold_rank_order, dtype=float)
+    if s.ndim != 1 or len(s) < 2:
+        raise ValueError(f"anchor order accuracy needs at least 2 scores in gold order, got shape {s.shape}")
+    i, j = np.triu_indices(len(s), k=1)
+    return float(np.mean(s[i] > s[j]))
 
 
 def length_correlation(rewards: Sequence[float | None], lengths: Sequence[int]) -> float | None:
@@ -144,6 +171,8 @@ class RubricOutcome:
     saturated: float | None = None
     failure: str | None = None
     """`parse` (the rubric), `verify` (a verdict missing on the set or the anchors), or None."""
+    anchor_order: float | None = None
+    """`anchor_order_accuracy` of the rubric's scores on the anchors."""
 
 
 class GeneratorReward:
@@ -176,57 +205,75 @@ class GeneratorReward:
         self.verify_max_tokens = verify_max_tokens
         self.structured = structured
         self.history: list[dict[str, float | None]] = []
-        """The stats of every call, in order (what was logged)."""
+        """The stats of every training call, in order (what was logged)."""
+        self.eval_history: list[dict[str, float | None]] = []
+        """The stats of every held-out call, in order."""
         self.calls: list[dict[str, Any]] = []
         """Every call's completions, outcomes and rewards, in order (in memory only: for audits and tests)."""
 
     async def score(self, text: str, question: str, responses: Sequence[str], anchor: Sequence[str],
-                    verifier: Backend) -> RubricOutcome:
-        """Both rewards of one rubric text."""
+                    verifier: Backend, *, on_set: bool = True, on_anchor: bool = True) -> RubricOutcome:
+        """The rewards of one rubric text: `disc` from the verdicts on the set (`on_set`), `anchor` and the anchor
+        order from the verdicts on the anchors (`on_anchor`); a reward not asked for stays None."""
         try:
             rubric: Rubric = parse_rubric(text)
         except RubricParseError:
             return RubricOutcome(None, None, failure="parse")
-        on_set, on_anchor = await asyncio.gather(
-            verify(verifier, question, responses, rubric, mode=self.mode, max_tokens=self.verify_max_tokens,
-                   structured=self.structured),
-            verify(verifier, question, anchor, rubric, mode=self.mode, max_tokens=self.verify_max_tokens,
-                   structured=self.structured),
-        )
-        if any(v is None for row in on_set.verdicts + on_anchor.verdicts for v in row):
+
+        async def verdicts(found: Sequence[str], wanted: bool) -> list[list[float | None]]:
+            if not wanted:
+                return []
+            return (await verify(verifier, question, found, rubric, mode=self.mode,
+                                 max_tokens=self.verify_max_tokens, structured=self.structured)).verdicts
+
+        set_verdicts, anchor_verdicts = await asyncio.gather(verdicts(responses, on_set), verdicts(anchor, on_anchor))
+        if any(v is None for row in set_verdicts + anchor_verdicts for v in row):
             return RubricOutcome(None, None, len(rubric), failure="verify")
-        set_verdicts = np.array(on_set.verdicts, dtype=float)
-        scores = aggregate(rubric.weights, np.array(on_anchor.verdicts, dtype=float))
-        return RubricOutcome(disc_reward(rubric.weights, set_verdicts), anchor_reward(scores), len(rubric),
-                             saturated_share(set_verdicts))
+        disc = saturated = anchor_value = order = None
+        if on_set:
+            matrix = np.array(set_verdicts, dtype=float)
+            disc, saturated = disc_reward(rubric.weights, matrix), saturated_share(matrix)
+        if on_anchor:
+            scores = aggregate(rubric.weights, np.array(anchor_verdicts, dtype=float))
+            anchor_value, order = anchor_reward(scores), anchor_order_accuracy(scores)
+        return RubricOutcome(disc, anchor_value, len(rubric), saturated, anchor_order=order)
 
     def combine(self, outcomes: Sequence[RubricOutcome]) -> list[float | None]:
         """The advantage-level combination `z(disc) + lam * z(anchor)` per group (or one of them alone)."""
-        both = [o.disc is not None and o.anchor is not None for o in outcomes]
-        disc = group_standardise([o.disc if ok else None for o, ok in zip(outcomes, both)], self.group_size)
-        anchor = group_standardise([o.anchor if ok else None for o, ok in zip(outcomes, both)], self.group_size)
+        need = {"both": ("disc", "anchor"), "disc": ("disc",), "anchor": ("anchor",)}[self.objective]
+        ok = [all(getattr(o, name) is not None for name in need) for o in outcomes]
         w_disc = 0.0 if self.objective == "anchor" else 1.0
         w_anchor = 0.0 if self.objective == "disc" else self.lam
-        return [None if d is None or a is None else w_disc * d + w_anchor * a for d, a in zip(disc, anchor)]
+        parts = []
+        for name, weight in (("disc", w_disc), ("anchor", w_anchor)):
+            if name in need:
+                z = group_standardise([getattr(o, name) if k else None for o, k in zip(outcomes, ok)], self.group_size)
+                parts.append([None if v is None else weight * v for v in z])
+        return [None if any(p[i] is None for p in parts) else sum(p[i] for p in parts) for i in range(len(outcomes))]
 
     async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, question: Sequence[str],
                        responses: Sequence[Sequence[str]], anchor: Sequence[Sequence[str]],
-                       log_metric: Any = None, **_: Any) -> list[float | None]:
+                       split: Sequence[str] | None = None, log_metric: Any = None, **_: Any) -> list[float | None]:
         started = time.perf_counter()
         verifier = _Counted(self.verifier)
         texts = [completion_text(c) for c in completions]
+        # Training batches verify what the objective uses; held-out batches verify both, to report both.
+        heldout = _split(split) == "heldout"
+        wanted = {"on_set": heldout or self.objective != "anchor", "on_anchor": heldout or self.objective != "disc"}
         outcomes = await asyncio.gather(*(
-            self.score(t, q, r, a, verifier) for t, q, r, a in zip(texts, question, responses, anchor)))
+            self.score(t, q, r, a, verifier, **wanted) for t, q, r, a in zip(texts, question, responses, anchor)))
         rewards = self.combine(outcomes)
         self.calls.append({"texts": texts, "question": list(question), "responses": [list(r) for r in responses],
-                           "anchor": [list(a) for a in anchor], "outcomes": list(outcomes), "rewards": rewards})
+                           "anchor": [list(a) for a in anchor], "outcomes": list(outcomes), "rewards": rewards,
+                           "split": _split(split)})
         stats = _stats(rewards, [len(t) for t in texts], self.group_size, verifier.requests, started,
                        [o.size for o in outcomes if o.size], [o.saturated for o in outcomes],
                        [o.failure for o in outcomes])
         for name in ("disc", "anchor"):
             mean, std = _mean_std([getattr(o, name) for o in outcomes])
             stats[f"{name}_mean"], stats[f"{name}_std"] = mean, std
-        self.history.append(stats)
+        stats["anchor_pair_acc"] = _mean_std([o.anchor_order for o in outcomes])[0]
+        (self.eval_history if _split(split) == "heldout" else self.history).append(stats)
         RewardStats({f"dr/{k}": v for k, v in stats.items()}).log(log_metric)
         return rewards
 
@@ -251,24 +298,32 @@ class PolicyReward:
         self.group_size = group_size
         self.seed = seed
         self.history: list[dict[str, float | None]] = []
+        """The stats of every training call, in order (what was logged)."""
+        self.eval_history: list[dict[str, float | None]] = []
+        """The stats of every held-out call, in order."""
         self.calls: list[dict[str, Any]] = []
         """Every call's completions, rubric traces and rewards, in order (in memory only)."""
 
     async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, question: Sequence[str],
-                       row: Sequence[str], log_metric: Any = None, **_: Any) -> list[float | None]:
+                       row: Sequence[str], split: Sequence[str] | None = None, trainer_state: Any = None,
+                       log_metric: Any = None, **_: Any) -> list[float | None]:
         from harness.seeds import derive_seed
 
         started = time.perf_counter()
         texts = [completion_text(c) for c in completions]
         g = self.group_size
         starts = range(0, len(texts), g)
-        step = len(self.calls)
+        where = _split(split)
+        # The rubric seed: the run seed, the row, and the step that generated the group (the same on a resumed
+        # run; a held-out group is seeded apart from a training group of the same step).
+        step = trainer_state.global_step if trainer_state is not None else len(self.calls)
+        seeds = [derive_seed(self.seed, row[s], step) if where == "train" else derive_seed(self.seed, row[s], where,
+                                                                                           step) for s in starts]
         results = await asyncio.gather(*(
-            self.evaluator.score_set(question[s], texts[s:s + g], seed=derive_seed(self.seed, row[s], step))
-            for s in starts))
+            self.evaluator.score_set(question[s], texts[s:s + g], seed=seed) for s, seed in zip(starts, seeds)))
         rewards: list[float | None] = [score for result in results for score in result.scores]
         self.calls.append({"texts": texts, "question": list(question), "traces": [r.trace for r in results],
-                           "rewards": rewards})
+                           "rewards": rewards, "split": where})
         traces = [r.trace for r in results]
         failures = []
         for result in results:
@@ -277,7 +332,7 @@ class PolicyReward:
             failures += [cause if s is None else None for s in result.scores]
         stats = _stats(rewards, [len(t) for t in texts], g, sum(t.calls for t in traces), started,
                        [len(t.rubric) for t in traces if t.rubric], [t.saturated_share for t in traces], failures)
-        self.history.append(stats)
+        (self.eval_history if where == "heldout" else self.history).append(stats)
         RewardStats({f"dr/{k}": v for k, v in stats.items()}).log(log_metric)
         return rewards
 
@@ -290,6 +345,7 @@ def _stats(rewards: Sequence[float | None], lengths: Sequence[int], group_size: 
     return {
         "reward_mean": mean,
         "reward_std": std,
+        "parse_rate": sum(f != "parse" for f in failures) / len(failures) if failures else None,
         "zero_std_groups": zero_std_share(rewards, group_size),
         "saturated_items": float(np.mean(found_saturated)) if found_saturated else None,
         "rubric_size": float(np.mean(sizes)) if sizes else None,
@@ -301,6 +357,11 @@ def _stats(rewards: Sequence[float | None], lengths: Sequence[int], group_size: 
     }
 
 
+def _split(split: Sequence[str] | None) -> str:
+    """The split of one reward call's rows (`train` when the dataset has no `split` column)."""
+    return split[0] if split else "train"
+
+
 def reward_columns(row: Mapping[str, Any]) -> dict[str, Any]:
     """The columns a reward reads from one dataset row (for callers that score outside TRL)."""
-    return {k: row[k] for k in ("question", "responses", "anchor", "row") if k in row}
+    return {k: row[k] for k in ("question", "responses", "anchor", "row", "split") if k in row}

@@ -166,5 +166,5 @@ def test_coevolve_keeps_bound_stages_and_refuses_changed_ones(tmp_path: Path, ti
 
     more = coevolve("--rounds", "2", lam=0.5)  # more rounds keep the bound stages and add the new ones
     assert more.returncode == 0, more.stderr[-3000:]
-    assert [line.split()[2] for line in more.stdout.splitlines() if line[:2] in ("G1", "P1", "G2", "P2")] == [
+    assert [line.split()[1] for line in more.stdout.splitlines() if line[:2] in ("G1", "P1", "G2", "P2")] == [
         "kept", "kept", "trained", "trained"]

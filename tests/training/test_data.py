@@ -67,6 +67,10 @@ def test_rules_switch_off_and_thresholds_move():
     assert _why(GeneratorRules(min_responses=None, min_useful=3), _row(GOOD[:6])) is None
     assert _why(GeneratorRules(min_prompt_chars=10), _row(prompt="Plan vegetarian dinners.")) is None
     assert _why(GeneratorRules(max_repetitive=2), _row(GOOD[:5] + ["spam " * 60, "buy now " * 40])) is None
+    long = GOOD[:6] + ["A complete answer. " * 30]
+    assert _why(GeneratorRules(max_response_chars=500), _row(long)) == "max_response_chars"
+    assert _why(GeneratorRules(max_response_chars=600), _row(long)) is None
+    assert _why(GeneratorRules(), _row(long)) is None  # off by default
     with pytest.raises(ValidationError):
         GeneratorRules(min_responses=1)
     with pytest.raises(ValidationError):

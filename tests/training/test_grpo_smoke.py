@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("trl", reason="the train extra (trl) is not installed")
 torch = pytest.importorskip("torch")
 
-from harness.backends.base import Completion, LogprobResult, Usage  # noqa: E402
+from harness.backends.base import BaseBackend, Completion, LogprobResult, Usage  # noqa: E402
 from judges.rubric import aggregate, anchor_reward, disc_reward, parse_rubric  # noqa: E402
 from training.rewards import GeneratorReward, PolicyReward, group_standardise  # noqa: E402
 
@@ -40,7 +40,7 @@ def _between(text: str, start: str, end: str) -> str:
     return text.split(start, 1)[1].split(end, 1)[0]
 
 
-class ScriptedVerifier:
+class ScriptedVerifier(BaseBackend):
     """Answers logprob verifications by `p_yes`, and rubric requests (the frozen generator's) with `RUBRIC`."""
 
     kind = "scripted"
@@ -48,18 +48,6 @@ class ScriptedVerifier:
 
     def __init__(self) -> None:
         self.logprob_requests = 0
-
-    def identity(self) -> dict[str, str]:
-        return {"kind": self.kind, "model": self.model}
-
-    def capabilities(self) -> dict[str, str]:
-        return {}
-
-    async def probe(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
     async def generate(self, requests):
         return [Completion((RUBRIC,), Usage(10, 10)) for _ in requests]
@@ -109,7 +97,7 @@ def _settings(**change):
     from training.grpo import GRPOSettings
 
     values = dict(num_generations=2, per_device_train_batch_size=4, max_completion_length=24, learning_rate=5e-2,
-                  max_steps=2, temperature=1.0, seed=0)
+                  max_steps=2, temperature=1.0, seed=0, report_to=[])
     return GRPOSettings(**{**values, **change})
 
 
@@ -120,7 +108,7 @@ def _losses(log: Path) -> list[float]:
 def test_generator_trains_two_steps_and_its_logged_rewards_recompute(tmp_path: Path):
     from tiny_models import CORPUS, build_tiny_lm
 
-    from training.grpo import fit
+    from training.fit import fit
 
     model = build_tiny_lm(tmp_path / "g0", context=512, corpus=(*CORPUS, *TEACH))
     teach(model, TEACH)
@@ -131,7 +119,7 @@ def test_generator_trains_two_steps_and_its_logged_rewards_recompute(tmp_path: P
     verifier = ScriptedVerifier()
     reward = GeneratorReward(verifier, group_size=8, lam=1.0, mode="logprob")
     log = fit(str(model), _settings(num_generations=8, per_device_train_batch_size=16, max_completion_length=40),
-              rows, reward, tmp_path / "g1")
+              rows, reward, tmp_path / "g1").log
 
     losses = _losses(log)
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
@@ -174,7 +162,7 @@ def test_policy_trains_two_steps_on_the_frozen_generators_rubric_scores(tmp_path
     from tiny_models import build_tiny_lm
 
     from judges.dynamic import RubricEvaluator
-    from training.grpo import fit
+    from training.fit import fit
 
     model = build_tiny_lm(tmp_path / "p0", context=512)
     before = _tensors(model)
@@ -184,7 +172,7 @@ def test_policy_trains_two_steps_on_the_frozen_generators_rubric_scores(tmp_path
     reward = PolicyReward(evaluator, group_size=2)
     rows = [{"prompt": [{"role": "user", "content": f"Say something {i}."}], "row": f"r{i}",
              "question": f"Say something {i}."} for i in range(4)]
-    log = fit(str(model), _settings(max_completion_length=12), rows, reward, tmp_path / "p1")
+    log = fit(str(model), _settings(max_completion_length=12), rows, reward, tmp_path / "p1").log
     assert all(math.isfinite(x) for x in _losses(log))
     after = _tensors(tmp_path / "p1")
     assert not [name for name, t in before.items() if torch.equal(t, after[name])]
@@ -241,10 +229,14 @@ def test_coevolve_two_rounds_with_stale_controls_on_tiny_models(tmp_path: Path, 
     done = subprocess.run([sys.executable, "-m", "harness", "train", "coevolve", "--config", str(config), "--rounds",
                            "2", "--data-dir", str(nectar_dir)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
+    co = tmp_path / "co"
+    # Each stage is printed as it ends: what it trained, from what, and where it is.
+    assert f"G1         trained generator from hf:{base} on the sets of hf:{base} -> {co / 'G1'}" in done.stdout
+    assert f"P2-stale   trained policy from hf:{co / 'P1'} with the rubrics of hf:{co / 'G1'} -> {co / 'P2-stale'}" \
+        in done.stdout
     manifest = json.loads((tmp_path / "co" / "coevolve.json").read_text())
     stages = {s["name"]: s for s in manifest["stages"]}
     assert list(stages) == ["G1", "P1", "G2", "G2-stale", "P2", "P2-stale"]
-    co = tmp_path / "co"
     assert stages["G1"]["parents"] == {"model": f"hf:{base}", "sets_from": f"hf:{base}"}
     assert stages["P1"]["parents"] == {"model": f"hf:{base}", "generator": f"hf:{co / 'G1'}"}
     assert stages["G2"]["parents"] == {"model": f"hf:{co / 'G1'}", "sets_from": f"hf:{co / 'P1'}"}
@@ -260,7 +252,7 @@ def test_coevolve_two_rounds_with_stale_controls_on_tiny_models(tmp_path: Path, 
     written = {name: (co / name / "model.safetensors").read_bytes() for name in stages}
     again = subprocess.run([sys.executable, "-m", "harness", "train", "coevolve", "--config", str(config),
                             "--data-dir", str(nectar_dir)], capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "G2-stale" in again.stdout
+    assert again.returncode == 0 and "G2-stale   kept" in again.stdout
     assert [s["status"] for s in json.loads((co / "coevolve.json").read_text())["stages"]] == ["kept"] * 6
     assert {name: (co / name / "model.safetensors").read_bytes() for name in stages} == written
 
@@ -280,6 +272,7 @@ def test_one_policy_step_with_smollm2_then_harness_generate_loads_the_checkpoint
     assert manifest["data"]["filter"]["kept"] == 2 and len(manifest["reward_history"]) == 1
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert any(math.isfinite(line.get("loss", math.nan)) for line in log)
+    assert len(list(out.glob("runs/*/events.out.tfevents.*"))) == 1  # the shipped configs report to TensorBoard
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"id": "a", "prompt": "Name a colour."}) + "\n")
     gen = subprocess.run([sys.executable, "-m", "harness", "generate", "--model", f"hf:{out}", "--prompts",
@@ -288,3 +281,23 @@ def test_one_policy_step_with_smollm2_then_harness_generate_loads_the_checkpoint
     assert gen.returncode == 0, gen.stderr[-2000:]
     record = json.loads((tmp_path / "g.jsonl").read_text().splitlines()[0])
     assert record["text"] and record["error"] is None
+
+
+@pytest.mark.slow
+def test_the_cpu_generator_configs_rollouts_parse(tmp_path: Path, nectar_dir: Path):
+    """`generator-cpu.yaml` as shipped: SmolLM2's rubrics decode under the rubric grammar, so they parse (free text
+    within the same 96 tokens: none did); the parse rate is logged with the step."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "g1"
+    done = subprocess.run([sys.executable, "-m", "harness", "train", "generator", "--config",
+                           "training/configs/generator-cpu.yaml", "--data-dir", str(nectar_dir), "--output-dir",
+                           str(out)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()
+             if "dr/parse_rate" in json.loads(line)]
+    assert steps and all(line["dr/parse_rate"] >= 0.95 for line in steps)
+    assert all(line["dr/unscored_parse"] == 0 for line in steps)
+    assert (out / "training_curves.png").is_file()
+    assert len(list(out.glob("runs/*/events.out.tfevents.*"))) == 1  # the shipped configs report to TensorBoard

@@ -41,7 +41,7 @@ def test_bad_configs_are_one_line_errors(tmp_path: Path):
     assert f"benchmark data folder not found: {tmp_path / 'missing' / 'nectar'}; the data is on the Hugging Face Hub" \
         in _one_error_line(no_data)
     verb = _train("critic", "--config", str(config))
-    assert verb.returncode == 2 and "expected generator, policy or coevolve" in verb.stderr
+    assert verb.returncode == 2 and "expected generator, policy, coevolve or plot" in verb.stderr
     gone = _train("policy", "--config", str(config), "--nectar", str(tmp_path / "rows.jsonl"))
     assert gone.returncode == 2 and "No such option: --nectar" in gone.stderr
 
@@ -123,7 +123,7 @@ def test_vllm_colocated_generation_and_bf16_on_a_gpu(tmp_path: Path):
     from test_grpo_smoke import ScriptedVerifier, _settings
     from tiny_models import build_tiny_lm
 
-    from training.grpo import fit
+    from training.fit import fit
     from training.rewards import PolicyReward
     from judges.dynamic import RubricEvaluator
 
@@ -134,5 +134,42 @@ def test_vllm_colocated_generation_and_bf16_on_a_gpu(tmp_path: Path):
     rows = [{"prompt": [{"role": "user", "content": f"Say something {i}."}], "row": f"r{i}",
              "question": f"Say something {i}."} for i in range(4)]
     settings = _settings(use_vllm=True, vllm_mode="colocate", bf16=True, vllm_gpu_memory_utilization=0.2)
-    log = fit(str(model), settings, rows, PolicyReward(evaluator, group_size=2), tmp_path / "p1")
+    log = fit(str(model), settings, rows, PolicyReward(evaluator, group_size=2), tmp_path / "p1").log
     assert log.is_file() and (tmp_path / "p1" / "model.safetensors").is_file()
+
+
+def test_each_process_must_hold_whole_groups_and_frozen_engines_are_served(tmp_path: Path, monkeypatch):
+    from types import SimpleNamespace
+
+    from harness.errors import ConfigError
+    from training.grpo import TrainConfig, _check_local_groups
+    from training.job import _check_frozen_engines
+
+    # Two processes of 2 completions each, groups of 4: TRL accepts the global batch of 4; each process would
+    # reward half a group.
+    args = SimpleNamespace(per_device_train_batch_size=2, steps_per_generation=1, num_generations=4,
+                           eval_strategy="no", num_generations_eval=None, per_device_eval_batch_size=2)
+    with pytest.raises(ConfigError, match=r"a process's generation batch \(per_device_train_batch_size x "
+                                          r"steps_per_generation = 2\) must hold whole groups of num_generations"):
+        _check_local_groups(args)
+    _check_local_groups(SimpleNamespace(**{**vars(args), "steps_per_generation": 2}))
+    with pytest.raises(ConfigError, match=r"per_device_eval_batch_size \(2\) must hold whole groups of 4"):
+        _check_local_groups(SimpleNamespace(**{**vars(args), "steps_per_generation": 2, "eval_strategy": "steps"}))
+    config = TrainConfig(model="m", output_dir=tmp_path / "p", verifier="vllm:Qwen/Qwen3-8B", generator="g")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match=r"verifier vllm:Qwen/Qwen3-8B: under 2 training processes each would "
+                                          r"start a vLLM engine of its own; serve it"):
+        _check_frozen_engines("policy", config, {})
+    _check_frozen_engines("policy", config, {"vllm:Qwen/Qwen3-8B": object()})  # served: fine
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    _check_frozen_engines("policy", config, {})
+
+
+def test_eval_every_needs_heldout_rows(tmp_path: Path, tiny_lm: Path, nectar_dir: Path):
+    config = _write(tmp_path / "c.yaml", {"model": f"hf:{tiny_lm}", "output_dir": str(tmp_path / "p"),
+                                          "verifier": f"hf:{tiny_lm}", "generator": f"hf:{tiny_lm}"})
+    line = _one_error_line(_train("policy", "--config", str(config), "--data-dir", str(nectar_dir),
+                                  "--eval-every", "2"))
+    assert "eval_every: the held-out evaluation needs data.heldout rows" in line
+    line = _one_error_line(_train("policy", "--config", str(config), "--seeds", "2"))
+    assert "needs --eval-every K and data.heldout > 0" in line
