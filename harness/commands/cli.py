@@ -23,10 +23,10 @@ from harness.commands.options import (
     OverwriteOption,
     Sampling,
     TableRun,
+    TrainRun,
     WaitOption,
     takes_groups,
 )
-from harness.commands.setup import served_models
 from harness.errors import HarnessError, Interrupted, NotImplementedYetError
 from harness.redact import RedactingStream, redact_text
 
@@ -469,64 +469,31 @@ def lm_eval_(
 
 
 @app.command()
+@takes_groups
 def train(
-    what: Annotated[str, typer.Argument(help="generator | policy | coevolve")],
-    config: Annotated[Path, typer.Option("--config", help="YAML training config (training/configs/*.yaml).")],
-    output_dir: Annotated[
-        Optional[Path], typer.Option("--output-dir", help="Where the checkpoint goes (overrides the config's).")
-    ] = None,
-    data_dir: Annotated[
-        Optional[Path], typer.Option("--data-dir", help="Nectar in DIR/nectar/, as the nectar benchmark reads it "
-                                     "(overrides data.data_dir; else the Hub).")
-    ] = None,
-    max_steps: Annotated[Optional[int], typer.Option("--max-steps", min=1, help="GRPO steps (overrides grpo.max_steps).")] = None,
-    rounds: Annotated[Optional[int], typer.Option("--rounds", min=1, help="coevolve: rounds (overrides rounds).")] = None,
+    what: Annotated[str, typer.Argument(help="generator | policy | coevolve | plot")],
+    target: Annotated[Optional[Path], typer.Argument(help="plot: the run's output dir.")] = None,
     endpoints: EndpointsOption = None,
     overwrite: OverwriteOption = False,
+    *,
+    args: TrainRun,
 ) -> None:
     """Train a DR-Generator or a DR-Policy with GRPO (TRL) on the DR rewards; the output dir is a plain Hugging
-    Face checkpoint (`hf:DIR`, `vllm:DIR` load it) with train_log.jsonl and dr_manifest.json beside it.
-    `coevolve` alternates them for --rounds (G1 on P0's sets, P1 with G1, G2 on P1's sets, ...) into
-    OUTPUT_DIR/G1, P1, ... with coevolve.json listing every checkpoint and its parents.
+    Face checkpoint (`hf:DIR`, `vllm:DIR` load it) with train_log.jsonl, TensorBoard events (runs/),
+    training_curves.png and dr_manifest.json beside it. `coevolve` alternates them for --rounds (G1 on P0's sets,
+    P1 with G1, G2 on P1's sets, ...) into OUTPUT_DIR/G1, P1, ... with coevolve.json listing every checkpoint and
+    its parents. `plot DIR` draws DIR/train_log.jsonl into DIR/training_curves.png. With --seeds N and --control
+    the job is trained per seed and again with learning rate 0, and the held-out curves compared (learning.json,
+    learning.png). Under `accelerate launch --num_processes N` the processes share the job (the main process
+    writes everything once).
 
     A checkpoint is bound to its settings: rerunning with other settings into the same output dir is refused
     (naming every difference) unless --overwrite discards it. Exit code 0 when the checkpoint was written, 2 for
     bad input (config, data, models, an output dir trained with other settings).
     """
-    from harness.errors import ConfigError
+    from harness.commands.train import run_train
 
-    if what not in ("generator", "policy", "coevolve"):
-        raise ConfigError(f"harness train {what!r}: expected generator, policy or coevolve")
-    try:
-        import trl  # noqa: F401
-    except ImportError:
-        raise ConfigError('training needs TRL: pip install -e ".[hf,train]"') from None
-    if what == "coevolve":
-        from training.coevolve import coevolve, load_coevolve_config
-
-        co = load_coevolve_config(config, rounds=rounds, output_dir=output_dir, data_dir=data_dir,
-                                  max_steps=max_steps)
-        co = co.model_copy(update={"models": served_models(co.models, endpoints)})
-        result = coevolve(co, overwrite=overwrite)
-        for stage in result["stages"]:
-            parents = ", ".join(f"{k} {v}" for k, v in stage["parents"].items())
-            shown = f"{stage['name']:<10} {stage['kind']:<9} {stage['status']:<7} {stage['checkpoint']}"
-            typer.echo(f"{shown}  ({parents})")
-        typer.echo(f"manifest: {co.output_dir}/coevolve.json")
-        return
-    if rounds is not None:
-        raise ConfigError("--rounds is for `harness train coevolve`")
-    from training.grpo import load_train_config
-    from training.job import train as run_training
-
-    cfg = load_train_config(config, output_dir=output_dir, data_dir=data_dir, max_steps=max_steps)
-    cfg = cfg.model_copy(update={"models": served_models(cfg.models, endpoints)})
-    manifest = run_training(what, cfg, overwrite=overwrite)  # type: ignore[arg-type]
-    typer.echo(f"{what} checkpoint: {manifest['checkpoint']} ({manifest['data']['rows']} training rows; "
-               f"manifest {manifest['checkpoint']}/dr_manifest.json)")
-    for step in manifest["reward_history"]:
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in step.items() if isinstance(v, float))
-        typer.echo(f"  reward: {shown}")
+    run_train(what, target, args, endpoints=endpoints, overwrite=overwrite, echo=typer.echo)
 
 
 @app.command()

@@ -9,6 +9,8 @@ options): a verb names a group as one parameter and `@takes_groups` spreads it i
 - `Sampling`: how `generate` samples (`--n`, `--temperature`, `--top-p`, `--max-tokens`, `--stop`, `--seed`).
 - `TableRun`: what `run` reads besides the backend; `plan` and `serve` take the same, so one command line with the
   verb changed plans or serves that run.
+- `TrainRun`: what `train` reads: the config and what overrides it, the held-out evaluation and the learning
+  comparison (`--seeds`, `--control`).
 """
 
 from __future__ import annotations
@@ -115,6 +117,30 @@ class TableRun:
         return {"judge": self.judge, "base_url": self.judge_base_url, "api_key_env": self.judge_api_key_env}
 
 
+@dataclass(frozen=True)
+class TrainRun:
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", help="YAML training config (training/configs/*.yaml).")] = None
+    output_dir: Annotated[Optional[Path], typer.Option(
+        "--output-dir", help="Where the checkpoint goes (overrides the config's).")] = None
+    data_dir: Annotated[Optional[Path], typer.Option(
+        "--data-dir", help="Nectar in DIR/nectar/, as the nectar benchmark reads it (overrides data.data_dir; else "
+        "the Hub).")] = None
+    max_steps: Annotated[Optional[int], typer.Option(
+        "--max-steps", min=1, help="GRPO steps (overrides grpo.max_steps).")] = None
+    eval_every: Annotated[Optional[int], typer.Option(
+        "--eval-every", min=1, help="Evaluate the held-out split (data.heldout) at step 0, every K steps and at the "
+        "end (overrides eval_every).")] = None
+    seeds: Annotated[int, typer.Option(
+        "--seeds", min=1, help="Train N seeds (grpo.seed + 0..N-1) into OUTPUT_DIR/seed<S> and compare their "
+        "held-out curves (learning.json, learning.png).")] = 1
+    control: Annotated[bool, typer.Option(
+        "--control", help="Also train each seed with learning rate 0 (OUTPUT_DIR/seed<S>-control) and compare the "
+        "held-out curves against it.")] = False
+    rounds: Annotated[Optional[int], typer.Option(
+        "--rounds", min=1, help="coevolve: rounds (overrides rounds).")] = None
+
+
 def _backend_parameters() -> list[tuple[str, Any, Any]]:
     """(name, annotation, default) of an option per `BackendOptions` field, all defaulting to None."""
     hints = typing.get_type_hints(BackendOptions)
@@ -151,7 +177,7 @@ def _group_parameters(group: type) -> list[tuple[str, Any, Any]]:
     return found
 
 
-GROUPS = (Backend, Devices, Outputs, Sampling, TableRun)
+GROUPS = (Backend, Devices, Outputs, Sampling, TableRun, TrainRun)
 
 
 def takes_groups(verb: Callable) -> Callable:
