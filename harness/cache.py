@@ -50,6 +50,9 @@ from harness.redact import scrub_secrets
 R = TypeVar("R")
 T = TypeVar("T")
 
+_BUSY_SECONDS = 60.0
+"""How long a call waits for another process's write (SQLite's busy timeout)."""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY,
@@ -108,11 +111,31 @@ class CallCache:
         except OSError as exc:
             raise self._error(exc) from None
         with self._guarded():
-            self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-            self._conn.execute("PRAGMA busy_timeout=60000")
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.executescript(_SCHEMA)
+            self._conn = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        """Connect and set the file up (WAL, the tables).
+
+        Processes that open the same new file at once (the ranks of a training job, runs started together) can
+        find it locked while one of them switches it to WAL: SQLite answers that at once, without waiting out its
+        busy timeout. The setup is idempotent, so it is tried again, with a growing pause, for up to that timeout.
+        """
+        deadline = time.monotonic() + _BUSY_SECONDS
+        pause = 0.01
+        while True:
+            conn = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute(f"PRAGMA busy_timeout={int(_BUSY_SECONDS * 1000)}")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(_SCHEMA)
+                return conn
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if "locked" not in str(exc).lower() or time.monotonic() >= deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
 
     @contextlib.contextmanager
     def _guarded(self) -> Iterator[None]:
