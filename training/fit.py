@@ -81,36 +81,25 @@ def _keep_log_until(log: Path, step: int | None) -> None:
     log.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
 
-class _StepLog:
-    """A TrainerCallback writing every TRL log line (with the reward's `dr/*` metrics) to `train_log.jsonl`, from
-    the main process only."""
+def _callbacks(log: Path, *, evaluate: bool) -> list[Any]:
+    """TRL callbacks (transformers is imported here, not at module import): every log line to `log` from the main
+    process only (TRL's metrics with the reward's `dr/*`), and, when the run evaluates, the held-out evaluation
+    after the last step too (when it is not a multiple of `eval_every`), so every evaluated run ends measured."""
+    from transformers import TrainerCallback
 
-    def __new__(cls, path: Path):
-        from transformers import TrainerCallback
+    class StepLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and state.is_world_process_zero:
+                with log.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
 
-        class StepLog(TrainerCallback):
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                if logs and state.is_world_process_zero:
-                    with path.open("a", encoding="utf-8") as f:
-                        f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+    class FinalEval(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if args.eval_strategy != "no" and state.global_step >= state.max_steps:
+                control.should_evaluate = True
+            return control
 
-        return StepLog()
-
-
-class _FinalEval:
-    """A TrainerCallback asking for the held-out evaluation after the last step (when it is not a multiple of
-    `eval_every`), so every evaluated run ends with a measurement."""
-
-    def __new__(cls):
-        from transformers import TrainerCallback
-
-        class FinalEval(TrainerCallback):
-            def on_step_end(self, args, state, control, **kwargs):
-                if args.eval_strategy != "no" and state.global_step >= state.max_steps:
-                    control.should_evaluate = True
-                return control
-
-        return FinalEval()
+    return [StepLog()] + ([FinalEval()] if evaluate else [])
 
 
 def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], reward: Any, out: Path, *,
@@ -151,7 +140,7 @@ def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], rewar
     # TRL warns with the whole row for every completion no reward could score; the reward counts those itself
     # (`dr/unscored_*` in the log).
     logging.getLogger("trl.trainer.grpo_trainer").setLevel(logging.ERROR)
-    callbacks = [_StepLog(log)] + ([_FinalEval()] if evaluate else [])
+    callbacks = _callbacks(log, evaluate=evaluate)
     try:
         trainer = DRGRPOTrainer(model=model_path(model), reward_funcs=[reward], args=args,
                                 train_dataset=Dataset.from_list(dataset),
