@@ -70,10 +70,22 @@ def _scores(data: Mapping[str, Any]) -> tuple[float | None, ...]:
     return tuple(None if s is None else float(s) for s in scores)
 
 
+_CATEGORIES = tuple(c.value for c in FailureCategory)
+
+
 def trace_failures(trace: Mapping[str, Any]) -> tuple[Failure, ...]:
-    """The failures an evaluator's trace lists (`judges.base.Trace.to_json`), each message led by its stage."""
+    """The failures an evaluator's trace lists (`judges.base.Trace.to_json`), each message led by its stage.
+
+    Raises:
+        ValueError: for an entry that is not an object with a message and one of `FailureCategory`'s values.
+    """
     found = []
-    for f in trace.get("failures") or ():
+    for n, f in enumerate(trace.get("failures") or (), start=1):
+        if not isinstance(f, Mapping) or not isinstance(f.get("message"), str):
+            raise ValueError(f"trace failure {n} is not an object with a message")
+        if f.get("category") not in _CATEGORIES:
+            raise ValueError(f"trace failure {n}: unknown category {f.get('category')!r}; "
+                             f"known: {', '.join(_CATEGORIES)}")
         where = f.get("stage") or "?"
         if f.get("response") is not None:
             where += f" response {f['response']}"
@@ -81,6 +93,13 @@ def trace_failures(trace: Mapping[str, Any]) -> tuple[Failure, ...]:
             where += f" item {f['item']}"
         found.append(Failure(FailureCategory(f["category"]), f"{where}: {f['message']}", int(f.get("attempts", 1))))
     return tuple(found)
+
+
+def _trace(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's trace, its failures checked: a failure this harness cannot name makes the line malformed."""
+    trace = _need(data, "trace", dict)
+    trace_failures(trace)
+    return trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +234,7 @@ class ScoreRecord:
             evaluator=_need(data, "evaluator", str),
             seed=_need(data, "seed", int),
             scores=_scores(data),
-            trace=_need(data, "trace", dict),
+            trace=_trace(data),
         )
 
 
@@ -308,5 +327,5 @@ class EvalRecord:
             meta={str(k): str(v) for k, v in _need(data, "meta", dict).items()},
             preferred=_need(data, "preferred", int) if kind == "pairwise" else None,
             gold_ranks=tuple(int(r) for r in gold) if gold is not None else None,
-            trace=_need(data, "trace", dict),
+            trace=_trace(data),
         )

@@ -46,7 +46,7 @@ incomplete or unscored, else 0.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -405,24 +405,37 @@ def compare_runs(base_dir: Path, cand_dir: Path, cfg: CompareConfig | None = Non
         return _compare_panels(Path(base_dir), Path(cand_dir), b_panels, c_panels, cfg)
     base, cand = read_run(base_dir, "BASE_RUN"), read_run(cand_dir, "CAND_RUN")
     result = Comparison(str(base.path), str(cand.path), cfg.model_dump(), differences=_differences(base, cand))
+    for label, bench, b, c, problems in _matched(base, cand):
+        if problems:
+            result.differences += problems
+            continue
+        for metric in benchmark(bench).metrics:
+            if not metric.gated:
+                continue
+            b_in = {k: r for k, r in b.items() if metric.applies is None or metric.applies(r)}
+            c_in = {k: r for k, r in c.items() if k in b_in}
+            if b_in:
+                result.cells.append(compare_cell(label, bench, metric, b_in, c_in, cfg))
+    return result
+
+
+def _matched(base: Run, cand: Run) -> Iterator[tuple[str, str, dict, dict, list[str]]]:
+    """(row, benchmark, base records, candidate records, differences) of every row both runs have and benchmark
+    either ran it on: the records keyed by (item, repeat), complete repeats only; the differences name the keys
+    only one side has."""
     b_cells, c_cells = _complete(base.records), _complete(cand.records)
     for label in [r for r in base.rows if r in cand.rows]:
         b_spec, c_spec = base.rows[label], cand.rows[label]
         benches = sorted({b for s, b in b_cells if s == b_spec} | {b for s, b in c_cells if s == c_spec})
         for bench in benches:
             b, c = b_cells.get((b_spec, bench), {}), c_cells.get((c_spec, bench), {})
-            problems = _key_differences(label, bench, b, c)
-            if problems:
-                result.differences += problems
-                continue
-            for metric in benchmark(bench).metrics:
-                if not metric.gated:
-                    continue
-                b_in = {k: r for k, r in b.items() if metric.applies is None or metric.applies(r)}
-                c_in = {k: r for k, r in c.items() if k in b_in}
-                if b_in:
-                    result.cells.append(compare_cell(label, bench, metric, b_in, c_in, cfg))
-    return result
+            yield label, bench, b, c, _key_differences(label, bench, b, c)
+
+
+def incomparable(base: Run, cand: Run) -> list[str]:
+    """Why the gate refuses to compare two runs (empty: it compares them): the module docstring's rule, each
+    difference one line naming what differs, BASE and CAND for the two sides."""
+    return _differences(base, cand) + [p for *_, problems in _matched(base, cand) for p in problems]
 
 
 def _compare_panels(base_dir: Path, cand_dir: Path, b_panels: dict[str, Any] | None,

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from harness.errors import ConfigError
-from reports.tables import Row, TableSpec
+from reports.tables import Row, TableSpec, given
 
 
 def with_models(spec: str, **models: str) -> str:
@@ -40,8 +40,13 @@ def grid_rows(templates: Mapping[str, str], generators: Mapping[str, str], verif
               dynamic: frozenset[str] = frozenset()) -> tuple[Row, ...]:
     """One row per (verifier, generator), grouped by verifier: the preset's evaluator template (`templates`:
     preset -> spec) with the pair's models. `generators` and `verifiers`: label -> model spec; a model spec per
-    preset where it is a mapping."""
+    preset where it is a mapping.
+
+    Raises:
+        ConfigError: when two pairs make the same row label (a label holding ` / ` can).
+    """
     rows = []
+    pairs: dict[str, tuple[str, str]] = {}
     for v_label, verifier in verifiers.items():
         for g_label, generator in generators.items():
             specs = {}
@@ -50,6 +55,12 @@ def grid_rows(templates: Mapping[str, str], generators: Mapping[str, str], verif
                 v = verifier[preset] if isinstance(verifier, Mapping) else verifier
                 specs[preset] = with_models(template, generator=g, verifier=v)
             label = grid_label(g_label, v_label)
+            if label in pairs:
+                first = pairs[label]
+                raise ConfigError(f"generators x verifiers: generator {first[0]!r} with verifier {first[1]!r} and "
+                                  f"generator {g_label!r} with verifier {v_label!r} both make the row {label!r} "
+                                  "(VERIFIER / GENERATOR); rename a label")
+            pairs[label] = (g_label, v_label)
             rows.append(Row(label, label, MappingProxyType(specs), g_label in dynamic))
     return tuple(rows)
 
@@ -57,9 +68,17 @@ def grid_rows(templates: Mapping[str, str], generators: Mapping[str, str], verif
 def grid_shape(templates: Mapping[str, str], generators: Mapping[str, Any], verifiers: Mapping[str, Any], *,
                dynamic: frozenset[str] = frozenset()):
     """The `shape` of a grid table: the config's `generators` and `verifiers` (each replacing the table's list
-    where given) crossed."""
+    where given) crossed.
+
+    Raises:
+        ConfigError: for a `generators` or `verifiers` mapping given empty, or labels that make one row twice.
+    """
 
     def shape(spec: TableSpec, cfg: Any) -> TableSpec:
+        for key in ("generators", "verifiers"):
+            if given(cfg, key) and not getattr(cfg, key):
+                raise ConfigError(f"{key}: empty; name at least one (label: model spec), or leave {key} out for "
+                                  f"{spec.name}'s own")
         if not cfg.generators and not cfg.verifiers:
             return spec
         rows = grid_rows(templates, cfg.generators or generators, cfg.verifiers or verifiers,

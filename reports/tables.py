@@ -135,7 +135,7 @@ class TableSpec:
                               f"`harness run {self.name}` runs them; plan or serve them one at a time")
         if self.panel_of is not None:
             cfg = _panel_config(self, cfg)
-        unread = [k for k in TABLE_KEYS if getattr(cfg, k) and k not in self.reads]
+        unread = [k for k in TABLE_KEYS if given(cfg, k) and k not in self.reads]
         if unread:
             readers = {k: sorted(n for n in _table_names() if k in get_table(n).reads) for k in unread}
             raise ConfigError("; ".join(f"{k}: read by {', '.join(v)}, not by {self.name}" for k, v in readers.items()))
@@ -164,6 +164,13 @@ class TableSpec:
         if sum(c.benchmark == col.benchmark for c in self.columns) > 1:
             name += " " + col.declared().display
         return name
+
+
+def given(cfg: Any, key: str) -> bool:
+    """Whether the run config gives `key`: a value, or an empty mapping written out (refused where it is read,
+    never taken for the default)."""
+    value = getattr(cfg, key)
+    return bool(value) or (value is not None and key in getattr(cfg, "model_fields_set", ()))
 
 
 def make_row(label: str, paper: str | None, spec: str, cpu: str, *, dynamic: bool = False) -> Row:

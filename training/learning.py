@@ -12,7 +12,9 @@ writes `OUTPUT/learning.json` and `OUTPUT/learning.png` (`training.plots.plot_le
   lowest and highest seed;
 - for the first metric (the headline): each trained seed's rise (end minus step 0), the control's spread (the
   largest distance of any control evaluation from its own step 0, over every step and seed: what sampling noise
-  alone moves the number by), and whether every trained seed rose by more than that spread.
+  alone moves the number by), and whether every trained seed rose by more than that spread. A run whose held-out
+  evaluation scored nothing (no rubric parsed, say) leaves the verdict open, and the verdict says which arm and
+  seeds, at which steps, with their parse rate and unscored counts.
 
 The held-out split is only measured, never tuned on: its rows are the last `data.heldout` rows that pass the
 rules, after the training rows.
@@ -90,25 +92,35 @@ def compare(kind: str, config: TrainConfig, *, seeds: int, control: bool, overwr
 def summarise(kind: str, logs: Mapping[tuple[str, int], Path], *, learning_rate: Mapping[str, float],
               title: str = "") -> dict[str, Any]:
     """The held-out curves of the runs whose logs `logs` names ((arm, seed) -> train_log.jsonl), with the verdict
-    on the headline metric (see the module docstring)."""
+    on the headline metric (see the module docstring).
+
+    Raises:
+        ConfigError: for a missing or malformed log (`training.plots.read_log`).
+    """
     from training.plots import read_log, series
 
+    read = {key: read_log(path) for key, path in logs.items()}
+    headline = METRICS[kind][0]
     metrics: dict[str, dict[str, Any]] = {}
     for metric in METRICS[kind]:
         metrics[metric] = {}
         for arm in ("trained", "control"):
             by_seed = {}
-            for (found_arm, seed), path in logs.items():
+            for (found_arm, seed), lines in read.items():
                 if found_arm == arm:
-                    steps, values = series(read_log(path), f"eval_dr/{metric}")
+                    steps, values = series(lines, f"eval_dr/{metric}")
                     if steps:  # a run none of whose held-out rubrics could be scored has no value to show
                         by_seed[seed] = dict(zip(steps, values))
             curve = _curve(by_seed) if by_seed else None
             if curve is not None and curve["steps"]:
                 metrics[metric][arm] = curve
-    headline = METRICS[kind][0]
+    evaluated: dict[str, dict[int, dict[str, Any]]] = {"trained": {}, "control": {}}
+    for (arm, seed), lines in read.items():
+        found = _evaluations(lines)
+        if found is not None and arm in evaluated:
+            evaluated[arm][seed] = found
     return {"kind": kind, "title": title, "learning_rate": dict(learning_rate), "metrics": metrics,
-            "headline": headline, "verdict": verdict(metrics[headline])}
+            "headline": headline, "verdict": verdict(metrics[headline], evaluated=evaluated)}
 
 
 def _curve(by_seed: Mapping[int, Mapping[int, float]]) -> dict[str, Any]:
@@ -120,15 +132,64 @@ def _curve(by_seed: Mapping[int, Mapping[int, float]]) -> dict[str, Any]:
             "by_seed": {str(s): [by_seed[s][t] for t in steps] for s in sorted(by_seed)}}
 
 
-def verdict(curves: Mapping[str, Any]) -> dict[str, Any]:
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _evaluations(lines: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What one run's held-out evaluations did, from its log's `eval_dr/*` lines: the steps evaluated, their
+    parse rates and the responses they left unscored, by cause (None: the log holds no evaluation)."""
+    found = [line for line in lines if any(str(k).startswith("eval_dr/") for k in line)]
+    if not found:
+        return None
+
+    def total(key: str) -> float:
+        return sum(line[key] for line in found if _number(line.get(key)))
+
+    return {"steps": [line["step"] for line in found],
+            "parse_rates": [line["eval_dr/parse_rate"] for line in found if _number(line.get("eval_dr/parse_rate"))],
+            "unscored_parse": total("eval_dr/unscored_parse"), "unscored_verify": total("eval_dr/unscored_verify")}
+
+
+def _scored_nothing(arm: str, runs: Mapping[int, Mapping[str, Any]]) -> str:
+    """The verdict's words for `arm`'s runs (seed -> `_evaluations`) whose held-out evaluations gave no number."""
+    steps = sorted({t for found in runs.values() for t in found["steps"]})
+    rates = sorted({round(r, 4) for found in runs.values() for r in found["parse_rates"]})
+    rate = "-" if not rates else str(rates[0]) if len(rates) == 1 else f"{rates[0]} to {rates[-1]}"
+    parse = round(sum(found["unscored_parse"] for found in runs.values()))
+    verify = round(sum(found["unscored_verify"] for found in runs.values()))
+    seeds = ("seeds " if len(runs) > 1 else "seed ") + ", ".join(str(s) for s in sorted(runs))
+    return (f"the {arm} runs' held-out evaluation ({seeds}) ran at steps {', '.join(map(str, steps))} but scored "
+            f"nothing: parse rate {rate}, {parse} unscored (parse), {verify} unscored (verify)")
+
+
+def verdict(curves: Mapping[str, Any], *, evaluated: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None
+            ) -> dict[str, Any]:
     """Each trained seed's rise (last minus first evaluation), the control's spread (the largest distance of any
-    control evaluation from the same seed's first one), and whether every trained seed rose by more."""
+    control evaluation from the same seed's first one), and whether every trained seed rose by more.
+
+    `evaluated`: arm -> seed -> what that run's held-out evaluations did (`_evaluations`). A run that evaluated
+    but scored nothing leaves the verdict open (`rises` None), and `why` says so with its parse rate and unscored
+    counts; so does a trained run with no evaluation at all, or no control run."""
+    evaluated = evaluated or {}
+
+    def blank(arm: str) -> dict[int, Mapping[str, Any]]:
+        """`arm`'s runs that evaluated but have no value on the curve."""
+        shown = set((curves.get(arm) or {}).get("seeds") or ())
+        return {seed: found for seed, found in (evaluated.get(arm) or {}).items() if seed not in shown}
+
     trained = curves.get("trained")
     if not trained or not trained["steps"]:
-        return {"rises": None, "why": "no held-out evaluation in the trained runs' logs"}
+        silent = blank("trained")
+        return {"rises": None, "why": _scored_nothing("trained", silent) if silent
+                else "no held-out evaluation in the trained runs' logs"}
     rise = {seed: values[-1] - values[0] for seed, values in trained["by_seed"].items()}
     out: dict[str, Any] = {"start_mean": trained["mean"][0], "end_mean": trained["mean"][-1],
                            "end_seed_spread": trained["max"][-1] - trained["min"][-1], "trained_rise": rise}
+    for arm in ("trained", "control"):
+        silent = blank(arm)
+        if silent:
+            return {**out, "rises": None, "why": _scored_nothing(arm, silent)}
     control = curves.get("control")
     if not control or not control["steps"]:
         return {**out, "rises": None, "why": "no control run"}

@@ -46,20 +46,34 @@ def _pyplot() -> Any:
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
-    """The lines of a `train_log.jsonl`.
+    """The lines of a `train_log.jsonl`: each a JSON object with its integer `step`, as `training.fit` writes them.
 
     Raises:
-        ConfigError: when it is missing or a line is not JSON (naming the file and line).
+        ConfigError: when it is missing or unreadable, or a line is not UTF-8, not JSON, not an object or has no
+            integer step (naming the file and line).
     """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no training log (train_log.jsonl) there")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
     lines = []
-    for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, raw in enumerate(data.splitlines(), start=1):
+        where = f"{path}:{n}"
         try:
-            lines.append(json.loads(text))
+            line = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ConfigError(f"{where}: not UTF-8 text") from None
         except ValueError as exc:
-            raise ConfigError(f"{path}:{n}: invalid JSON ({exc})") from None
+            raise ConfigError(f"{where}: invalid JSON ({exc})") from None
+        if not isinstance(line, dict):
+            raise ConfigError(f"{where}: a log line is a JSON object, not {json.dumps(line)[:60]}")
+        step = line.get("step")
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ConfigError(f"{where}: a log line holds its step, an integer >= 0 (found {step!r})")
+        lines.append(line)
     return lines
 
 
@@ -69,7 +83,7 @@ def series(lines: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], lis
     for line in lines:
         value = line.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            steps.append(int(line["step"]))
+            steps.append(line["step"])
             values.append(float(value))
     return steps, values
 

@@ -183,12 +183,76 @@ def format_costs(costs: list[Cost], *, models: dict[str, Any], groups: int, grou
     return "\n".join(lines)
 
 
-def bench_supervision(*, preset: str, measure_it: bool | None, options: BackendOptions, groups: int,
-                      group_size: int, repeats: int = 1, **models: Any) -> str:
-    """The printed table: measured (the cpu preset, or `measure_it`) or estimated (the paper preset)."""
+def _model_form(spec: str) -> None:
+    """Check a model spec's form (`KIND:NAME` of a known backend kind, or an alias) without finding, converting or
+    loading the model: what an estimate for models this machine lacks can check.
+
+    Raises:
+        ConfigError: as `harness.backends.parse_spec` says it.
+    """
+    from harness.backends import LOCAL_KINDS, parse_spec
+    from harness.registry import names
+
+    kind, sep, name = spec.strip().partition(":")
+    if (name if sep else kind) in names("model") and (not sep or kind in LOCAL_KINDS):
+        return  # an alias: its checkpoint is converted on first use, which a check must not do
+    parse_spec(spec)
+
+
+class _Unbuilt:
+    """The stand-in `check` hands an evaluator for each model: it answers the evaluators' build-time questions of
+    a backend (none concerns the model's weights here) and is never called."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+
+    def check_score(self, head: str) -> None:
+        return None
+
+
+class _FormPool:
+    """What `check` builds the evaluators with: `get` checks a model spec's form (`_model_form`) and builds no
+    backend."""
+
+    def get(self, spec: str, *, overrides: Any = None) -> _Unbuilt:
+        _model_form(spec)
+        return _Unbuilt(spec)
+
+
+def check(specs: list[tuple[str, str]]) -> None:
+    """Build every method's evaluator from its spec as measuring would, with no model found, converted or loaded:
+    its settings (a reward model's head, a rubric's mode and budgets) and the form of every model spec.
+
+    Raises:
+        ConfigError: naming the method and what is wrong with its spec.
+    """
+    from harness.errors import HarnessError
+    from judges import load_evaluator
+
+    for name, spec in specs:
+        try:
+            load_evaluator(spec, _FormPool())  # type: ignore[arg-type]
+        except HarnessError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+
+
+def bench_supervision(*, preset: str, measure_it: bool = False, estimate_it: bool = False,
+                      options: BackendOptions, groups: int, group_size: int, repeats: int = 1,
+                      **models: Any) -> str:
+    """The printed table: measured (the cpu preset, or `measure_it`) or estimated (the paper preset, or
+    `estimate_it`). Every method's spec is checked (`check`) before anything runs, whichever it is.
+
+    Raises:
+        ConfigError: for an unknown preset, both `measure_it` and `estimate_it`, or a spec `check` refuses.
+    """
+    if preset not in PRESETS:
+        raise ConfigError(f"--preset {preset!r}: expected {' or '.join(PRESETS)}")
+    if measure_it and estimate_it:
+        raise ConfigError("--measure and --estimate: give one (measure runs the models, estimate runs none)")
     chosen = {**PRESETS[preset], **{k: v for k, v in models.items() if v is not None}}
     specs = methods(**chosen)
     sets = step_sets(groups, group_size)
-    run_it = measure_it if measure_it is not None else preset == "cpu"
+    check(specs)
+    run_it = measure_it or (preset == "cpu" and not estimate_it)
     costs = measure(specs, sets, options=options, repeats=repeats) if run_it else estimate(specs, sets)
     return format_costs(costs, models=chosen, groups=groups, group_size=group_size, repeats=repeats)

@@ -422,6 +422,9 @@ def view(
     changed = f", {result.changed} changed" if result.changed is not None else ""
     typer.echo(f"wrote {result.path} ({result.bytes / 1e6:.1f} MB, {result.records} records{changed}) "
                f"in {result.seconds:.1f} s")
+    if result.notes:
+        typer.echo("note: `harness compare` would not compare these runs (the page pairs what it can): "
+                   + "; ".join(result.notes), err=True)
     if open_:
         import webbrowser
 
@@ -721,9 +724,9 @@ def bench_supervision(
     group_size: Annotated[int, typer.Option("--group-size", min=2, help="Completions per prompt (up to 4).")] = 4,
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="Measure every method's step this many times "
                                          "in turn; wall time is the median.")] = 1,
-    measure: Annotated[Optional[bool], typer.Option("--measure/--estimate", show_default=False, help="Run the "
-                                                    "models, or print the plan's estimate (default: measure on "
-                                                    "cpu, estimate on paper).")] = None,
+    measure: Annotated[bool, typer.Option("--measure", help="Run the models (the default on cpu).")] = False,
+    estimate: Annotated[bool, typer.Option("--estimate", help="Print the plan's estimate, running no model (the "
+                                           "default on paper).")] = False,
     *,
     backend: Backend,
 ) -> None:
@@ -731,15 +734,12 @@ def bench_supervision(
     DynamicRubric per_item, batched, logprob) on the same response sets: calls, prompt and completion tokens and
     wall time, each as a ratio to the scalar RM measured in the same run (call cache off); at paper scale the
     plan's estimate, marked as such."""
-    from harness.commands.bench_supervision import PRESETS, bench_supervision as run_bench
+    from harness.commands.bench_supervision import bench_supervision as run_bench
     from harness.commands.setup import backend_options
-    from harness.errors import ConfigError
 
-    if preset not in PRESETS:
-        raise ConfigError(f"--preset {preset!r}: expected {' or '.join(PRESETS)}")
-    typer.echo(run_bench(preset=preset, measure_it=measure, options=backend_options(backend), groups=groups,
-                         group_size=group_size, repeats=repeats, reward_model=reward_model, head=head,
-                         generator=generator, verifier=verifier, gen_max_tokens=gen_max_tokens))
+    typer.echo(run_bench(preset=preset, measure_it=measure, estimate_it=estimate, options=backend_options(backend),
+                         groups=groups, group_size=group_size, repeats=repeats, reward_model=reward_model,
+                         head=head, generator=generator, verifier=verifier, gen_max_tokens=gen_max_tokens))
 
 
 def main() -> None:

@@ -9,7 +9,8 @@ gold one and whether the record counted right, wrong or tied (raw model texts be
 scores; a pairwise judge's games in both orders); for policy runs the prompt, the answer with its reasoning
 folded and the judgment (Arena-Hard's two games; a checker's extracted answer against the gold one). With two
 runs, a third tab lists the records whose outcome changed, side by side: the drill-down behind
-`harness compare`.
+`harness compare`. Two runs of which no record pairs are refused with compare's differences; runs that pair in
+part (one still running) are shown, and the differences compare names are returned as notes.
 
 Outcomes come from the benchmarks' declared metrics (`reports.view.outcome`), computed here; the page's script
 only shows them. Every record text is set as text, never parsed as HTML.
@@ -17,10 +18,11 @@ only shows them. Every record text is set as text, never parsed as HTML.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from reports.view.page import ViewResult, build_view
-from reports.view.runs import read_run_dir
+from reports.view.runs import check_comparable, read_run_dir
 
 __all__ = ["ViewResult", "default_out", "view_runs"]
 
@@ -35,9 +37,13 @@ def view_runs(run: Path, run2: Path | None = None, *, out: Path | None = None,
     """Write the page for `run` (and `run2`, compared with it) and say what was written.
 
     Raises:
-        ConfigError: a path that holds no run of `harness run` or `harness eval`.
+        ConfigError: a path that holds no run of `harness run` or `harness eval`, or two runs of which no
+            record pairs.
     """
     runs = [read_run_dir(run, "RUN")]
+    notes: list[str] = []
     if run2 is not None:
         runs.append(read_run_dir(run2, "RUN2"))
-    return build_view(runs, out=out or default_out(run, run2), data_dir=data_dir)
+        notes = check_comparable(*runs)
+    result = build_view(runs, out=out or default_out(run, run2), data_dir=data_dir)
+    return dataclasses.replace(result, notes=tuple(notes))

@@ -47,6 +47,8 @@ class ViewResult:
     changed: int | None
     """Two runs: records whose outcome changed (None for one run)."""
     seconds: float
+    notes: tuple[str, ...] = ()
+    """Two runs that pair only in part: the differences `harness compare` names (it would not compare them)."""
 
 
 def _natural(text: str) -> list:

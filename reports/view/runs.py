@@ -67,6 +67,29 @@ def read_run_dir(path: Path, what: str = "RUN") -> RunData:
     return RunData(path, manifest, log.records(), log.torn_line)
 
 
+def check_comparable(base: RunData, cand: RunData) -> list[str]:
+    """What `harness compare` would say of two runs (`reports.compare.incomparable`), for the page of their
+    changes: runs of which no record pairs (no row in common, or no benchmark, item and repeat of a common row)
+    are refused; runs that pair in part (one still running, say) are shown, and the differences returned.
+
+    Returns:
+        The differences compare names (empty: compare would compare the runs).
+
+    Raises:
+        ConfigError: no record of one run pairs with one of the other, naming both runs and the differences.
+    """
+    from reports.compare import Run, incomparable
+
+    found = incomparable(Run(base.path, base.manifest, base.records), Run(cand.path, cand.manifest, cand.records))
+    specs = {(base.rows[label], cand.rows[label]) for label in base.rows if label in cand.rows}
+    keys = {(r.evaluator, r.benchmark, r.item, r.repeat) for r in cand.records}
+    if found and not any((c_spec, r.benchmark, r.item, r.repeat) in keys
+                         for b_spec, c_spec in specs for r in base.records if r.evaluator == b_spec):
+        raise ConfigError(f"runs have no record in common (BASE {base.path}, CAND {cand.path}), as `harness "
+                          "compare` finds: " + "; ".join(found))
+    return found
+
+
 def table_spec(run: RunData) -> TableSpec:
     """The table the run renders: its registered table (rows it ran), or the ad-hoc table of `harness eval`."""
     table = (run.manifest.get("config") or {}).get("table")

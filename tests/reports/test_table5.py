@@ -95,3 +95,35 @@ def test_table_specific_keys_are_read_only_by_their_tables():
         get_table("fig2").resolve(RunConfig())
     spec, _ = get_table("table5").resolve(RunConfig(verifiers={"V": "openai:v"}))
     assert [r.label for r in spec.rows] == ["V / Qwen3-8B zero-shot", "V / Qwen3-32B zero-shot", "V / DR-Generator-8B"]
+
+
+def test_labels_that_make_one_row_twice_are_refused(tmp_path: Path):
+    """A generator `X / Y` under verifier `A` and a generator `Y` under verifier `A / X` both print `A / X / Y`:
+    the config is refused, naming both pairs, before anything runs."""
+    clash = RunConfig(generators={"X / Y": "openai:g1", "Y": "openai:g2"},
+                      verifiers={"A": "openai:v1", "A / X": "openai:v2"})
+    with pytest.raises(ConfigError, match=r"generator 'X / Y' with verifier 'A' and generator 'Y' with verifier "
+                                          r"'A / X' both make the row 'A / X / Y'"):
+        get_table("table5").resolve(clash)
+    spec, _ = get_table("table5").resolve(RunConfig(generators={"X / Y": "openai:g1", "Y": "openai:g2"},
+                                                    verifiers={"A": "openai:v1", "B": "openai:v2"}))
+    assert [r.label for r in spec.rows] == ["A / X / Y", "A / Y", "B / X / Y", "B / Y"]
+    config = tmp_path / "table5.yaml"
+    config.write_text(json.dumps({"generators": clash.generators, "verifiers": clash.verifiers}))
+    done = harness("run", "table5", "--config", str(config), "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: generators x verifiers: ") and "rename a label" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key", ["generators", "verifiers"])
+def test_an_empty_generators_or_verifiers_mapping_is_refused_not_taken_for_the_defaults(tmp_path: Path, key: str):
+    with pytest.raises(ConfigError, match=f"{key}: empty; name at least one"):
+        get_table("table5").resolve(RunConfig(**{key: {}}))
+    with pytest.raises(ConfigError, match=f"{key}: read by table5, not by table1"):
+        get_table("table1").resolve(RunConfig(**{key: {}}))
+    config = tmp_path / "table5.yaml"
+    config.write_text(f"{key}: {{}}\n")
+    done = harness("run", "table5", "--config", str(config), "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr == f"error: {key}: empty; name at least one (label: model spec), " \
+                                                   f"or leave {key} out for table5's own\n", done.stderr

@@ -431,6 +431,65 @@ def test_a_figure_of_panels_names_its_panels(tmp_path: Path):
     assert f"{tmp_path / 'fig2a'}, {tmp_path / 'fig2b'}" in done.stderr
 
 
+def test_a_record_whose_failure_has_an_unknown_category_is_refused_naming_its_line(tmp_path: Path):
+    """A failure category this harness does not know makes the record line malformed: `view` (as `report`,
+    `compare` and a resumed run, which read records the same way) says which file and line, in one line."""
+    run = synthetic_run(tmp_path, items=3, repeats=1)
+    lines = (run / "records.jsonl").read_text().splitlines()
+    second = json.loads(lines[1])
+    second["trace"]["failures"] = [{"stage": "verify", "response": 0, "item": 0, "category": "gremlins",
+                                    "message": "chewed the cable", "attempts": 1}]
+    (run / "records.jsonl").write_text("\n".join([lines[0], json.dumps(second), *lines[2:]]) + "\n")
+    for argv in (("view", str(run), "--out", str(tmp_path / "page.html")), ("report", str(run))):
+        done = harness(*argv)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith(f"error: {run / 'records.jsonl'}:2: not a eval/1 record (trace failure 1: "
+                                      "unknown category 'gremlins'; known: rate_limit,"), done.stderr
+    assert not (tmp_path / "page.html").exists()
+
+
+def _rewrite(run: Path, change) -> None:
+    lines = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    (run / "records.jsonl").write_text("".join(json.dumps(change(line)) + "\n" for line in lines))
+
+
+def test_two_runs_with_no_record_in_common_are_refused_as_compare_finds_them(tmp_path: Path):
+    """Two runs with no items in common, or no rows in common, have no changes to show: `view` refuses them
+    with the differences `harness compare` names (the same rule), where it used to print `0 changed`. Runs that
+    pair in part (a candidate still running) are shown, with compare's differences as a note."""
+    base = synthetic_run(tmp_path / "base", items=3, repeats=1)
+    same = synthetic_run(tmp_path / "same", items=3, repeats=1)
+    done = harness("view", str(base), str(same), "--out", str(tmp_path / "same.html"))
+    assert done.returncode == 0 and "12 records, 0 changed)" in done.stdout and not done.stderr, done.stderr
+
+    other_items = synthetic_run(tmp_path / "items", items=3, repeats=1)
+    _rewrite(other_items, lambda line: {**line, "item": "other-" + line["item"]})
+    other_rows = synthetic_run(tmp_path / "rows", items=3, repeats=1)
+    manifest = json.loads((other_rows / "manifest.json").read_text())
+    manifest["rows"] = {f"{label} (new)": spec for label, spec in manifest["rows"].items()}
+    (other_rows / "manifest.json").write_text(json.dumps(manifest))
+    for cand, expected in ((other_items, "(item, repeat) sets differ: 3 only in BASE"),
+                           (other_rows, "row 'DR-Generator-8B' is only in BASE")):
+        page = tmp_path / f"{cand.parent.name}.html"
+        done = harness("view", str(base), str(cand), "--out", str(page))
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and not page.exists(), done.stderr
+        head = f"error: runs have no record in common (BASE {base}, CAND {cand}), as `harness compare` finds: "
+        assert done.stderr.startswith(head) and expected in done.stderr, done.stderr
+        gate = harness("compare", str(base), str(cand), "--out", str(tmp_path / "gate"))
+        assert gate.returncode == 2
+        said = gate.stderr.strip().removeprefix("error: runs are not comparable: ")
+        assert done.stderr.strip().removeprefix(head) == said
+
+    partial = synthetic_run(tmp_path / "partial", items=3, repeats=1)
+    lines = (partial / "records.jsonl").read_text().splitlines()
+    (partial / "records.jsonl").write_text("".join(line + "\n" for line in lines
+                                                   if json.loads(line)["item"] != json.loads(lines[0])["item"]))
+    done = harness("view", str(base), str(partial), "--out", str(tmp_path / "partial.html"))
+    assert done.returncode == 0 and "0 changed)" in done.stdout, done.stderr
+    assert done.stderr.startswith("note: `harness compare` would not compare these runs (the page pairs what it "
+                                  "can): ") and "only in BASE" in done.stderr, done.stderr
+
+
 # ---------- in a real browser: Debian's Chromium driven by Selenium through Debian's chromium-driver ----------
 
 def announce(config: pytest.Config, line: str) -> None:

@@ -201,3 +201,55 @@ def test_the_learning_command_trains_seeds_and_controls_and_draws_the_comparison
     assert (out / "learning.png").read_bytes()[:4] == b"\x89PNG"
     assert "held-out disc_mean, trained" in done.stdout and "control spread" in done.stdout
     assert (out / "seed0" / "training_curves.png").is_file()
+
+
+def test_a_heldout_evaluation_that_scored_nothing_is_named_in_the_verdict(tmp_path: Path):
+    """Logs whose evaluations ran but parsed no rubric hold `eval_dr/parse_rate: 0.0` and the unscored counts, no
+    `eval_dr/disc_mean`: the verdict says the evaluation ran and scored nothing, not that there was none."""
+    from training.learning import lines, summarise
+
+    def dead(path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"step": s, "eval_dr/parse_rate": 0.0, "eval_dr/unscored_parse": 2.0,
+                                            "eval_dr/unscored_verify": 0.0}) + "\n" for s in (0, 2, 4)))
+        return path
+
+    rate = {"trained": 1e-5, "control": 0.0}
+    logs = {("trained", 0): dead(tmp_path / "t0" / "l.jsonl"), ("trained", 1): dead(tmp_path / "t1" / "l.jsonl"),
+            ("control", 0): _log(tmp_path / "c0" / "l.jsonl", [0, 2, 4], [0.10, 0.13, 0.09])}
+    summary = summarise("generator", logs, learning_rate=rate)
+    why = ("the trained runs' held-out evaluation (seeds 0, 1) ran at steps 0, 2, 4 but scored nothing: parse rate "
+           "0.0, 12 unscored (parse), 0 unscored (verify)")
+    assert summary["verdict"] == {"rises": None, "why": why}
+    assert lines(summary)[-1] == f"verdict: {why}"
+    # One trained seed scored nothing: no verdict on the others alone.
+    logs[("trained", 0)] = _log(tmp_path / "t0" / "l.jsonl", [0, 2, 4], [0.10, 0.14, 0.20])
+    v = summarise("generator", logs, learning_rate=rate)["verdict"]
+    assert v["rises"] is None and v["trained_rise"] == pytest.approx({"0": 0.10})
+    assert v["why"].startswith("the trained runs' held-out evaluation (seed 1) ran at steps 0, 2, 4 but scored")
+    # A control that scored nothing is named as such, not as a missing control run.
+    logs[("trained", 1)] = _log(tmp_path / "t1" / "l.jsonl", [0, 2, 4], [0.12, 0.15, 0.18])
+    logs[("control", 0)] = dead(tmp_path / "c0" / "l.jsonl")
+    v = summarise("generator", logs, learning_rate=rate)["verdict"]
+    assert v["rises"] is None and v["why"].startswith("the control runs' held-out evaluation (seed 0) ran at steps")
+    # With no evaluation at all the verdict still says so.
+    plain = {("trained", 0): _log(tmp_path / "p0" / "l.jsonl", [1, 2], [0.5, 0.4], key="loss")}
+    assert summarise("generator", plain, learning_rate=rate)["verdict"]["why"] == \
+        "no held-out evaluation in the trained runs' logs"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b'{"step": 1, "loss": 0.5}\n{"step": 2, "loss": "\xff\xfe"}\n', ":2: not UTF-8 text"),
+    (b'{"step": 1, "loss": 0.5}\n[1, 2]\n', ":2: a log line is a JSON object, not [1, 2]"),
+    (b'{"step": 1, "loss": 0.5}\n"loss"\n', ':2: a log line is a JSON object, not "loss"'),
+    (b'{"loss": 0.5}\n', ":1: a log line holds its step, an integer >= 0 (found None)"),
+    (b'{"step": "two", "loss": 0.5}\n', ":1: a log line holds its step, an integer >= 0 (found 'two')"),
+    (b'{"step": 1, "loss": 0.5}\n{"step": 2\n', ":2: invalid JSON"),
+])
+def test_train_plot_refuses_a_malformed_log_in_one_line(tmp_path: Path, content: bytes, message: str):
+    (tmp_path / "train_log.jsonl").write_bytes(content)
+    done = subprocess.run([sys.executable, "-m", "harness", "train", "plot", str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith(f"error: {tmp_path / 'train_log.jsonl'}{message}") and done.stderr.count("\n") == 1
+    assert not (tmp_path / "training_curves.png").exists()
