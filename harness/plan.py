@@ -15,6 +15,7 @@ Without devices (a CPU machine, or none given) nothing is bounded and everything
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,9 +39,12 @@ class Devices:
     """Share of a device's memory the engines may take together (the rest: CUDA contexts, fragmentation)."""
 
     def __post_init__(self) -> None:
-        if self.gpus < 1 or not self.gpu_memory_gib > 0 or self.kv_cache_gib < 0 or not 0 < self.usable <= 1:
-            raise ConfigError(f"devices: need gpus >= 1, gpu_memory > 0, kv_cache >= 0 and 0 < usable <= 1; got "
-                              f"{self.gpus}, {self.gpu_memory_gib}, {self.kv_cache_gib}, {self.usable}")
+        finite = all(math.isfinite(v) for v in (self.gpu_memory_gib, self.kv_cache_gib, self.usable))
+        if (not finite or self.gpus < 1 or not self.gpu_memory_gib > 0 or self.kv_cache_gib < 0
+                or not 0 < self.usable <= 1):
+            raise ConfigError(f"devices: need gpus >= 1, finite gpu_memory > 0, finite kv_cache >= 0 and "
+                              f"0 < usable <= 1; got {self.gpus}, {self.gpu_memory_gib}, {self.kv_cache_gib}, "
+                              f"{self.usable}")
 
     @property
     def budget_gib(self) -> float:

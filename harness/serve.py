@@ -19,14 +19,18 @@ settings from the run config's `serve:` mapping (`harness.config.ServeModelConfi
   `CUDA_VISIBLE_DEVICES=4,5` gives index 0 GPU 4); a model without a `tensor_parallel_size`
   spans the fewest GPUs (1, 2, 4, ...) its weights fit with the plan's KV-cache allowance. Servers that need
   more GPUs than there are are refused with the numbers before any starts. A CPU machine sets no devices.
+- **One `serve` per file.** `serve` holds OUT's lock (`OUT.lock`, `harness.lock`) from before it touches OUT
+  until its servers are stopped: a second `serve` of the same OUT is refused, naming the holder's pid, and
+  touches nothing; the lock of a `serve` that died is taken over. Whether vLLM is installed is checked before
+  any file is made.
 - **Start.** Each server runs in a process group of its own, its output in `OUT.logs/NAME-rK.log`. `serve`
   polls `GET /v1/models` of every server until each lists its model (within `start_timeout`); a server that
   exits first is a failed start at once: its log's last lines are printed, the others are stopped, and the
   error names the model. Then OUT is written atomically: `models:` (spec -> replica URLs, served name, and the
   local backend's identity: weights fingerprint or hub revision, and dtype, so the call cache keys the served
   model by the weights it serves) and `servers:` (model, replica, pid, port, devices, log), which `harness
-  run|eval|plan --endpoints OUT` read. OUT exists exactly while the servers run: an old one is replaced, and
-  it is removed when `serve` stops.
+  run|eval|plan --endpoints OUT` read. OUT exists exactly while the servers run: an old one (whose servers are
+  all gone) is replaced, and it is removed when `serve` stops; a failed start writes none and removes none.
 - **Stop.** `serve` stays in the foreground until Ctrl-C or SIGTERM, then stops every server it started
   (SIGTERM to its process group: vLLM's engine workers too; SIGKILL after `STOP_GRACE_S`), as it does on a
   failed start and on any error. A server that exits while serving is reported and the others go on (a run
@@ -39,6 +43,7 @@ set one other than the `ERROR` the CLI sets for in-process engines.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -54,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import BackendUnavailableError, ConfigError, Interrupted
+from harness.lock import OutputBusyError, OutputLock
 
 VLLM_SERVER = "vllm.entrypoints.openai.api_server"
 """The server module (`vllm serve` fails on vLLM's CPU build: it finds no package metadata)."""
@@ -190,11 +196,18 @@ def _served(spec: str, backend: Any, setting: Any, devices: Any) -> ServedModel:
     """A local backend (`hf`, `vllm`) as it will be served, with its `serve:` settings (None: defaults)."""
     from harness.backends.local import is_sequence_classifier, read_model_config
     from harness.endpoints import model_name
+    from harness.weights import architectures
 
     options, source = backend.options, backend.source
     runner = getattr(setting, "runner", "auto")
     if runner == "auto":
         config = read_model_config(source.path, source.revision) or {}
+        try:
+            if not isinstance(config, dict):
+                raise ConfigError(f"a config must be a JSON object, not {type(config).__name__}")
+            architectures(config)
+        except ConfigError as exc:
+            raise ConfigError(f"{spec}: its config.json: {exc}; fix it, or give serve.{spec}.runner") from None
         runner = "pooling" if is_sequence_classifier(config) else "generate"
     replicas = getattr(setting, "replicas", 1)
     given = getattr(setting, "devices", None)
@@ -266,14 +279,15 @@ def assign_devices(models: Sequence[ServedModel], gpus: int | None) -> dict[tupl
         claimed |= set(m.devices)
         for r in range(m.replicas):
             out[(m.spec, r)] = m.devices[r * m.tensor_parallel_size:(r + 1) * m.tensor_parallel_size]
-    free = [i for i in range(gpus) if i not in claimed]
     auto = [m for m in models if not m.devices]
     need = sum(m.replicas * m.tensor_parallel_size for m in auto)
-    if need > len(free):
+    if need > gpus - len(claimed):
         shown = "; ".join(f"{m.spec}: {m.replicas} x {m.tensor_parallel_size}" for m in auto)
         raise ConfigError(f"the servers need {need} GPUs (replicas x tensor_parallel_size: {shown}) but "
-                          f"{len(free)} of --gpus {gpus} are free; serve fewer replicas, a smaller "
+                          f"{gpus - len(claimed)} of --gpus {gpus} are free; serve fewer replicas, a smaller "
                           "tensor_parallel_size, or give more GPUs")
+    # The first `need` free indices (not a list of every GPU: --gpus may be any number).
+    free = list(itertools.islice((i for i in range(gpus) if i not in claimed), need))
     for m in auto:
         for r in range(m.replicas):
             out[(m.spec, r)], free = tuple(free[:m.tensor_parallel_size]), free[m.tensor_parallel_size:]
@@ -436,18 +450,27 @@ def write_atomically(path: Path, data: Mapping[str, Any]) -> None:
 
 
 def clear_old(path: Path) -> None:
-    """Remove an endpoints file an earlier `serve` left; refuse to replace any other file.
+    """Remove an endpoints file an earlier `serve` left, once none of its servers runs; refuse to replace any
+    other file. Called with the file's lock held (`serve`), so no live `serve` owns it.
 
     Raises:
-        ConfigError: `path` exists and holds no `servers:` list (it is not an endpoints file `serve` wrote).
+        ConfigError: `path` exists and holds no `servers:` list (it is not an endpoints file `serve` wrote), or
+            a server it lists still runs (a `serve` killed without stopping them: their pids are named).
     """
     if not path.exists():
         return
     from harness.config import read_yaml_mapping
 
-    if not isinstance(read_yaml_mapping(path, what="endpoints file").get("servers"), list):
+    servers = read_yaml_mapping(path, what="endpoints file").get("servers")
+    if not isinstance(servers, list):
         raise ConfigError(f"{path} exists and is not an endpoints file harness serve wrote; remove it or "
                           "name another --endpoints")
+    pids = [s.get("pid") for s in servers if isinstance(s, dict)]
+    running = [pid for pid in pids if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0
+               and group_alive(pid)]
+    if running:
+        raise ConfigError(f"{path} lists servers that still run (process groups {', '.join(map(str, running))}), "
+                          "left by a harness serve that was killed; stop them, or name another --endpoints")
     path.unlink()
 
 
@@ -549,8 +572,10 @@ def serve(pool: Any, settings: Mapping[str, Any], *, evaluators: Iterable[Any], 
         command: Launch -> the command that starts its server (default `server_argv`: vLLM's server).
 
     Raises:
-        ConfigError: bad `serve:` settings, not enough GPUs, nothing to serve.
-        BackendUnavailableError: a server that failed to start (every server is stopped first).
+        ConfigError: bad `serve:` settings, not enough GPUs, nothing to serve; another `serve` holds `out`, or
+            an old `out` lists servers that still run.
+        BackendUnavailableError: vLLM is not installed (nothing is made); a server that failed to start (every
+            server is stopped first).
         Interrupted: Ctrl-C or SIGTERM before every server answered (every server is stopped first).
     """
     models, notes = models_to_serve(pool, settings, evaluators=evaluators, devices=devices)
@@ -560,25 +585,55 @@ def serve(pool: Any, settings: Mapping[str, Any], *, evaluators: Iterable[Any], 
         raise ConfigError("no local model to serve: every model of the plan is served already or stays local")
     placed = assign_devices(models, devices.gpus if devices is not None else None)
     out = Path(out)
-    clear_old(out)
     logs = out.with_name(out.name + ".logs")
-    logs.mkdir(parents=True, exist_ok=True)
-    argv_of = command or server_argv
     planned = launches(models, placed, host=host, logs=logs)
-    commands = [argv_of(launch) for launch in planned]
+    commands = [(command or server_argv)(launch) for launch in planned]  # vLLM is here: checked before any file
+    with endpoints_lock(out):
+        clear_old(out)
+        logs.mkdir(parents=True, exist_ok=True)
+        _serve_until_stopped(planned, commands, out, start_timeout=start_timeout, models=len(models))
+
+
+@contextlib.contextmanager
+def endpoints_lock(out: Path) -> Iterator[None]:
+    """Hold the lock of the endpoints file `out` (`OUT.lock`, `harness.lock`) for the block: one `serve` per
+    file. The operating system drops it when `serve` ends, by kill -9 too, so a dead holder's lock is taken over.
+
+    Raises:
+        ConfigError: another live `serve` holds it (its pid and command named).
+    """
+    lock = OutputLock(out.with_name(out.name + ".lock"), what=str(out))
+    try:
+        lock.acquire()
+    except OutputBusyError:
+        raise ConfigError(f"{out} is served by another harness serve ({lock.holder()}); stop it first, or name "
+                          "another --endpoints") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _serve_until_stopped(planned: Sequence[Launch], commands: Sequence[list[str]], out: Path, *,
+                         start_timeout: float, models: int) -> None:
+    """Start the servers, write `out` once all answer, serve until Ctrl-C or SIGTERM, stop them all and remove
+    `out`; a failed start writes no `out`, and removes none."""
     servers: list[Server] = []
+    written = False
     with stop_signals() as caught:
         try:
             for launch, argv in zip(planned, commands, strict=True):
                 servers.append(start(launch, argv))
             wait_ready(servers, timeout=start_timeout, stopping=lambda: bool(caught))
             write_atomically(out, endpoints_data(servers))
-            print(f"wrote {out}: {len(servers)} servers of {len(models)} models; Ctrl-C or SIGTERM stops "
-                  "them", flush=True)
+            written = True
+            print(f"wrote {out}: {len(servers)} servers of {models} models; Ctrl-C or SIGTERM stops them",
+                  flush=True)
             watch(servers, caught)
         finally:
             held = len(caught)
             stop_all(servers, hurry=lambda: len(caught) > held)
-            with contextlib.suppress(FileNotFoundError):
-                out.unlink()
+            if written:
+                with contextlib.suppress(FileNotFoundError):
+                    out.unlink()
     print(f"stopped {len(servers)} servers; removed {out}", flush=True)

@@ -86,6 +86,11 @@ _TEXT_MODEL_TYPES = {"gemma3": "gemma3_text"}
 _REQUIRED = object()
 
 
+MAX_SIZE = 2**24
+"""The largest value a size field may hold (a layer count, a width, a vocabulary, an expert count): far above
+any real model's, low enough that a count stays exact and a GiB figure a float."""
+
+
 def _field(config: Mapping[str, Any], key: str, model_type: str, default: Any = _REQUIRED) -> Any:
     value = config.get(key)
     if value is None:  # transformers writes unset optional fields (mistral's head_dim) as null
@@ -99,27 +104,62 @@ def _size(config: Mapping[str, Any], key: str, model_type: str, default: Any = _
     value = _field(config, key, model_type, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"config of model_type {model_type!r}: {key!r} must be an int >= 0, not {value!r}")
+    if value > MAX_SIZE:
+        raise ConfigError(f"config of model_type {model_type!r}: {key!r} is {value}, more than any model has "
+                          f"(at most {MAX_SIZE})")
+    return value
+
+
+def _flag(config: Mapping[str, Any], key: str, model_type: str, default: bool) -> bool:
+    value = _field(config, key, model_type, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"config of model_type {model_type!r}: {key!r} must be true or false, not {value!r}")
+    return value
+
+
+def _model_type(value: Any, where: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"config: {where} must be a string, not {value!r}")
     return value
 
 
 def _text_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
-    top_type = config.get("model_type")
+    top_type = _model_type(config.get("model_type"), "model_type")
     text = config.get("text_config")
-    if isinstance(text, Mapping):
-        return text, text.get("model_type") or _TEXT_MODEL_TYPES.get(top_type, str(top_type))
-    return config, str(top_type)
+    if text is None:
+        return config, str(top_type)
+    if not isinstance(text, Mapping):
+        raise ConfigError(f"config: text_config must be a mapping, not {text!r}")
+    own = _model_type(text.get("model_type"), "text_config.model_type")
+    return text, own or _TEXT_MODEL_TYPES.get(str(top_type), str(top_type))
 
 
 def _num_labels(config: Mapping[str, Any], model_type: str) -> int:
     # transformers derives num_labels from id2label and omits both for its default of two labels.
     id2label = config.get("id2label")
-    if isinstance(id2label, Mapping) and id2label:
+    if id2label is not None and not isinstance(id2label, Mapping):
+        raise ConfigError(f"config of model_type {model_type!r}: 'id2label' must be a mapping, not {id2label!r}")
+    if id2label:
         return len(id2label)
     return _size(config, "num_labels", model_type, 2)
 
 
+def architectures(config: Mapping[str, Any]) -> list[str]:
+    """The config's `architectures` (none: an empty list).
+
+    Raises:
+        ConfigError: `architectures` is not a list of strings.
+    """
+    names = config.get("architectures")
+    if names is None:
+        return []
+    if not isinstance(names, list) or not all(isinstance(a, str) for a in names):
+        raise ConfigError(f"config: 'architectures' must be a list of class names, not {names!r}")
+    return names
+
+
 def _is_classifier(config: Mapping[str, Any]) -> bool:
-    return any(str(a).endswith("ForSequenceClassification") for a in config.get("architectures") or ())
+    return any(a.endswith("ForSequenceClassification") for a in architectures(config))
 
 
 def parameter_count(config: Mapping[str, Any]) -> ParameterCount:
@@ -132,7 +172,8 @@ def parameter_count(config: Mapping[str, Any]) -> ParameterCount:
         The total and the per-token active parameter counts.
 
     Raises:
-        ConfigError: The config's `model_type` is not one this module counts, or a field it needs is missing.
+        ConfigError: The config's `model_type` is not one this module counts, or a field it reads is missing,
+            of the wrong type, or larger than any model's (`MAX_SIZE`).
     """
     text, model_type = _text_config(config)
     arch = _ARCHS.get(model_type)
@@ -153,7 +194,7 @@ def parameter_count(config: Mapping[str, Any]) -> ParameterCount:
     attention = 2 * hidden * q_width + 2 * hidden * kv_width
     # Qwen2-MoE's `qkv_bias` defaults to true, Llama's, Qwen3's and Gemma's `attention_bias` to false.
     bias_on = arch.qkv_bias == "always" or (
-        arch.qkv_bias is not None and bool(text.get(arch.qkv_bias, arch.qkv_bias == "qkv_bias"))
+        arch.qkv_bias is not None and _flag(text, arch.qkv_bias, model_type, arch.qkv_bias == "qkv_bias")
     )
     if bias_on:
         attention += q_width + 2 * kv_width + (hidden if arch.o_bias else 0)
@@ -161,46 +202,58 @@ def parameter_count(config: Mapping[str, Any]) -> ParameterCount:
         attention += 2 * head_dim
     per_layer = attention + arch.layer_norms * hidden
 
-    def dense_mlp(width: int) -> int:
+    moe_layers = _moe_layers(text, model_type, arch, layers)
+    dense_layers = layers - moe_layers
+    total = active = layers * per_layer
+    if dense_layers:
+        width = _size(text, "intermediate_size", model_type)
         # Llama's mlp_bias puts a bias on gate and up (width each) and on down (hidden).
-        biased = model_type == "llama" and bool(text.get("mlp_bias"))
-        return 3 * hidden * width + ((2 * width + hidden) if biased else 0)
-
-    total = active = 0
-    for index in range(layers):
-        moe = _moe_layer(text, model_type, arch, index, hidden)
-        if moe is None:
-            mlp = dense_mlp(_size(text, "intermediate_size", model_type))
-            total, active = total + per_layer + mlp, active + per_layer + mlp
-        else:
-            all_params, inactive = moe
-            total, active = total + per_layer + all_params, active + per_layer + all_params - inactive
+        biased = model_type == "llama" and _flag(text, "mlp_bias", model_type, False)
+        mlp = 3 * hidden * width + ((2 * width + hidden) if biased else 0)
+        total, active = total + dense_layers * mlp, active + dense_layers * mlp
+    if moe_layers:
+        all_params, inactive = _moe_block(text, model_type, arch, hidden)
+        total, active = total + moe_layers * all_params, active + moe_layers * (all_params - inactive)
 
     embeddings = vocab * hidden + hidden  # token embeddings and the final norm
     if _is_classifier(config):
         head = hidden * _num_labels(config, model_type)
     else:
         # A multimodal model ties through its top-level config; a plain one through its own.
-        tied = config.get("tie_word_embeddings", text.get("tie_word_embeddings", arch.tie_default))
+        tied = _flag(text, "tie_word_embeddings", model_type, arch.tie_default)
+        if config is not text:
+            tied = _flag(config, "tie_word_embeddings", model_type, tied)
         head = 0 if tied else vocab * hidden
     return ParameterCount(total=total + embeddings + head, active=active + embeddings + head)
 
 
-def _moe_layer(
-    text: Mapping[str, Any], model_type: str, arch: _Arch, index: int, hidden: int
-) -> tuple[int, int] | None:
-    """(all parameters, those of the experts a token skips) of layer `index`'s MoE block; None when dense."""
-    if arch.moe is None:
-        return None
+def _moe_layers(text: Mapping[str, Any], model_type: str, arch: _Arch, layers: int) -> int:
+    """How many of the `layers` decoder layers hold an MoE block (counted, not walked: any layer count is quick)."""
+    if arch.moe is None or layers == 0:
+        return 0
+    if arch.moe == "mixtral":
+        return layers
+    experts = _size(text, "num_experts", model_type)
+    step = _size(text, "decoder_sparse_step", model_type, 1)
+    dense_only = _field(text, "mlp_only_layers", model_type, [])
+    if not isinstance(dense_only, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                    for i in dense_only):
+        raise ConfigError(f"config of model_type {model_type!r}: 'mlp_only_layers' must be a list of layer "
+                          f"indices, not {dense_only!r}")
+    if experts == 0 or step == 0:
+        return 0
+    # Layer i is MoE when (i + 1) is a multiple of the step and i is not listed as dense.
+    listed = {i for i in dense_only if 0 <= i < layers and (i + 1) % step == 0}
+    return layers // step - len(listed)
+
+
+def _moe_block(text: Mapping[str, Any], model_type: str, arch: _Arch, hidden: int) -> tuple[int, int]:
+    """(all parameters, those of the experts a token skips) of one MoE block."""
     if arch.moe == "mixtral":
         experts = _size(text, "num_local_experts", model_type)
         width = _size(text, "intermediate_size", model_type)
     else:
         experts = _size(text, "num_experts", model_type)
-        step = _size(text, "decoder_sparse_step", model_type, 1)
-        dense_only = _field(text, "mlp_only_layers", model_type, [])
-        if index in dense_only or experts == 0 or step == 0 or (index + 1) % step:
-            return None
         width = _size(text, "moe_intermediate_size", model_type)
     top_k = _size(text, "num_experts_per_tok", model_type)
     if top_k > experts:
@@ -256,7 +309,9 @@ def config_dtype(config: Mapping[str, Any]) -> str | None:
     for source in (config, text if isinstance(text, Mapping) else {}):
         for key in ("dtype", "torch_dtype"):
             if source.get(key):
-                return str(source[key])
+                if not isinstance(source[key], str):
+                    raise ConfigError(f"config: {key!r} must be a dtype name, not {source[key]!r}")
+                return source[key]
     return None
 
 
@@ -294,6 +349,8 @@ def model_size(config: Mapping[str, Any], *, dtype: str | None = None) -> ModelS
     """
     if dtype is None or dtype == "auto":
         quantization = config.get("quantization_config")
+        if quantization is not None and not isinstance(quantization, Mapping):
+            raise ConfigError(f"config: 'quantization_config' must be a mapping, not {quantization!r}")
         if isinstance(quantization, Mapping):
             method = quantization.get("quant_method", "unknown")
             raise ConfigError(

@@ -207,17 +207,14 @@ def plan_(
     models cannot fit the devices, with the numbers and the ways out (`harness run` and `harness train` make the
     same check before their first model call).
     """
-    from harness.commands.plan import show_plan, show_train_plan
+    from harness.commands.plan import check_target, show_plan, show_train_plan
     from harness.commands.setup import table_plan
-    from harness.errors import ConfigError
 
+    check_target(table, train=train, processes=processes)
     if train is not None:
         typer.echo("\n".join(show_train_plan(train, args.config, gpus=devices.gpus, gpu_memory=devices.gpu_memory,
                                                processes=processes, endpoints=endpoints)))
         return
-    if table is None:
-        raise ConfigError("harness plan: name a table (harness list tables), or --train generator|policy --config")
-    args = dataclasses.replace(args, skip_unavailable=True)  # a plan loads no data
     plan, options, _, served = table_plan(table, args, backend, devices, endpoints)
     typer.echo("\n".join(show_plan(plan, options, served)))
 

@@ -42,13 +42,26 @@ class Backend(dict):
     """The `BackendOptions` values given on the command line (field name -> value)."""
 
 
+def _finite(value: Optional[float]) -> Optional[float]:
+    """A float option's value where it is a finite number (click's `min` lets `inf` through; nan fails it).
+
+    Raises:
+        typer.BadParameter: for inf.
+    """
+    import math
+
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
 @dataclass(frozen=True)
 class Devices:
     gpus: Annotated[Optional[int], typer.Option(
         "--gpus", min=1, help="GPUs the local models share (default: the config's devices:, else what nvidia-smi "
         "lists; none on a CPU machine). With --gpu-memory the run is planned to fit.")] = None
     gpu_memory: Annotated[Optional[float], typer.Option(
-        "--gpu-memory", min=1, help="GiB of one GPU (with --gpus).")] = None
+        "--gpu-memory", min=1, callback=_finite, help="GiB of one GPU (with --gpus).")] = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ is released after it. For every model: the requests and tokens to expect, from t
 run loads them; a benchmark that cannot be loaded is named and left out of the counts) and each evaluator's call
 pattern. Token counts are estimates: four characters a token for what is read, the budget for what is written
 (an upper bound); a rubric is assumed to hold `RUBRIC_ITEMS` items. A plan that does not fit is refused with the
-numbers and the ways out, as `run` refuses it.
+numbers and the ways out, as `run` refuses it; so is a row that cannot be built and an endpoint that names no model
+of the run (the check `run` makes: `harness.commands.runner.build_models`).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def render(plan: Any, ready: Any, scheduled: Any, pool: Any, flows: Mapping[str,
         lines.append(f"  {m.key}: {m.params / 1e9:.2f}B parameters, {m.dtype}, {m.weights_gib:.1f} GiB; "
                      f"spans {m.devices} device(s), {m.per_device_gib:.1f} GiB on each")
     if not scheduled.models:
-        lines.append("  none: every model is served")
+        lines.append("  none: every model the rows call is served" if ready.needs else "  none: no row was built")
     lines += ["", "phases:"]
     for i, phase in enumerate(scheduled.phases, start=1):
         rows = [label for label, spec in plan.rows.items() if scheduled.row_phase.get(spec) == i - 1]
@@ -157,19 +158,38 @@ def _where(pool: Any, key: str) -> str:
     return f"{key} (local)" if backend.local else f"{key} (served)"
 
 
+def check_target(table: str | None, *, train: str | None, processes: int | None) -> None:
+    """Refuse a `harness plan` command line that names no plan, or two: a table or `--train`, not both, and
+    `--processes` only with `--train`.
+
+    Raises:
+        ConfigError: naming the flags at odds.
+    """
+    from harness.errors import ConfigError
+
+    if train is None and table is None:
+        raise ConfigError("harness plan: name a table (harness list tables), or --train generator|policy --config")
+    if train is not None and table is not None:
+        raise ConfigError(f"harness plan: a table ({table}) or --train {train}, not both: a training job runs no "
+                          "table")
+    if train is None and processes is not None:
+        raise ConfigError(f"harness plan: --processes {processes} is for --train (a table's run is one process)")
+
 
 def show_plan(plan: Any, options: Any, endpoints: Mapping[str, Any] | None = None) -> list[str]:
     """Load what the run would load (data; models built, none loaded), size and schedule the local models, and
     return the printed plan.
 
     Raises:
-        ConfigError: the plan does not fit (the lines so far are in the message's notes: rows and sizes).
+        ConfigError: an evaluator, policy or judge that cannot be built, or an endpoint that names no model of the
+            run, as `run` refuses them (`build_models`, the same check; with --skip-unavailable a row that cannot
+            be built is shown as left out, and none built is refused); a model that cannot be sized; a plan that
+            does not fit (with the local models' sizes).
     """
     from harness.commands.runner import Prepared, _load_one, build_models, schedule_rows
     from harness.errors import ConfigError, HarnessError
     from harness.plan import local_models
     from harness.pool import BackendPool
-
 
     pool = BackendPool(options=options, endpoints=endpoints)
     ready = Prepared()
@@ -180,6 +200,10 @@ def show_plan(plan: Any, options: Any, endpoints: Mapping[str, Any] | None = Non
         except HarnessError as exc:
             unavailable[f"benchmark {name}"] = str(exc)
     build_models(plan, pool, ready)
+    if not (ready.policies if plan.policy else ready.evaluators):  # as `run` refuses it, with --skip-unavailable
+        what = "policy" if plan.policy else "evaluator"
+        reasons = "; ".join(f"{k}: {v}" for k, v in ready.unavailable.items())
+        raise ConfigError(f"no {what} could be built, nothing to plan ({reasons})")
     try:
         scheduled = schedule_rows(plan, ready, pool, size=True)
     except ConfigError as exc:
@@ -196,8 +220,8 @@ def show_train_plan(kind: str, config_path: Any, *, gpus: int | None, gpu_memory
     Raises:
         ConfigError: a bad kind or config, no devices, or a job that does not fit (with the numbers).
     """
-    from harness.config import backend_options, read_yaml_mapping
-    from harness.endpoints import parse_endpoints
+    from harness.config import backend_options
+    from harness.endpoints import parse_endpoints, read_endpoints
     from harness.errors import ConfigError
     from harness.plan import check_training, resolve_devices
     from training.grpo import load_train_config
@@ -206,14 +230,16 @@ def show_train_plan(kind: str, config_path: Any, *, gpus: int | None, gpu_memory
     if kind not in ("generator", "policy") or config_path is None:
         raise ConfigError("harness plan --train: generator or policy, with --config FILE (a training config)")
     config = load_train_config(config_path)
-    models = {**config.models, **((read_yaml_mapping(endpoints, what="endpoints file").get("models") or {})
-                                  if endpoints is not None else {})}
+    models = {**parse_endpoints(config.models, where=str(config_path)),
+              **(read_endpoints(endpoints) if endpoints is not None else {})}
     devices = resolve_devices(config.devices, gpus=gpus, gpu_memory=gpu_memory)
     if devices is None:
         raise ConfigError("harness plan --train: give --gpus and --gpu-memory (no GPU is visible here)")
+    if processes is not None and processes > devices.gpus:
+        raise ConfigError(f"harness plan --train: --processes {processes} needs {processes} GPUs, one for each "
+                          f"process, and there are {devices.gpus} (--gpus, or the config's devices:)")
     options = backend_options(config.backend, where=str(config_path))
-    found = load(kind, config, options, parse_endpoints(models, where=str(config_path)), devices,  # type: ignore
-                 processes=processes or devices.gpus)
+    found = load(kind, config, options, models, devices, processes=processes or devices.gpus)  # type: ignore
     lines = [f"plan: train {kind} ({config_path}) on {processes or devices.gpus} processes, one GPU each of "
              f"{devices.gpu_memory_gib:g} GiB (engines may take {devices.budget_gib:.1f})",
              f"  trained model {config.model}: {found.trained_gib:.1f} GiB per GPU (ZeRO-3 share of bf16 weights "

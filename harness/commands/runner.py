@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -204,13 +205,21 @@ def build_models(plan: RunPlan, pool: Any, ready: Prepared) -> Prepared:
     items of (all the plan's, when it holds none: `harness plan` without data).
 
     Raises:
-        ConfigError: for an evaluator, policy or judge that cannot be built (unless `skip_unavailable`).
+        ConfigError: for an evaluator, policy or judge that cannot be built (unless `skip_unavailable`); for an
+            endpoint that seems to mean a model the run would run here (`harness.endpoints.check_matched`; an
+            entry for no model of the run is named on stderr).
     """
     from judges import load_evaluator
 
+    from harness.endpoints import check_matched
+
     if plan.policy:
-        return _prepare_policies(plan, pool, ready)
-    return _build_rows(plan, ready, ready.evaluators, "evaluator", lambda spec: load_evaluator(spec, pool), pool)
+        _prepare_policies(plan, pool, ready)
+    else:
+        _build_rows(plan, ready, ready.evaluators, "evaluator", lambda spec: load_evaluator(spec, pool), pool)
+    for line in check_matched(pool.endpoints, ready.needs, left_out=ready.unavailable):
+        print(f"note: {line}", file=sys.stderr)
+    return ready
 
 
 def _build_rows(plan: RunPlan, ready: Prepared, into: dict[str, Any], what: str, build: Any, pool: Any,

@@ -91,3 +91,117 @@ def test_a_training_job_is_planned_per_gpu_and_refused_when_it_cannot_fit(tmp_pa
     assert refused.returncode == 2
     assert "verifier vllm:Qwen/Qwen3-30B-A3B 60.9" in refused.stderr and "ways out: serve the frozen models" \
         in refused.stderr
+
+
+# --- plan refuses what run refuses, and contradictory flags ------------------------------------------------------
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def _one_error(done: subprocess.CompletedProcess) -> str:
+    """The single `error:` line of a command that exited 2 (no traceback)."""
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "Traceback" not in done.stderr
+    return line
+
+
+def _rows(path: Path, rows: dict[str, str]) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump({"rows": rows, "only_rows": list(rows), "benchmarks": ["ultrafeedback"]}))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["missing path", "folder without config.json"])
+def test_a_model_that_cannot_be_built_stops_plan_where_it_stops_run(tmp_path: Path, kind: str, shared_data: Path):
+    folder = tmp_path / "rm"
+    if kind != "missing path":
+        folder.mkdir()
+    config = _rows(tmp_path / "rm.yaml", {"Skywork-27B": f"scalar-rm:model=vllm:{folder}"})
+    plan = harness("plan", "table1", "--config", str(config), cwd=tmp_path, env=OFFLINE)
+    run = harness("run", "table1", "--config", str(config), "--data-dir", str(shared_data), "--limit", "2",
+                  "--out", str(tmp_path / "run"), cwd=tmp_path, env=OFFLINE)
+    line = _one_error(plan)
+    assert str(folder) in line and "cannot be built" in line and "every model" not in plan.stdout
+    assert run.returncode == 2 and line in run.stderr.splitlines()  # the same check, the same words
+    # Told to leave out what cannot be built, both refuse a table with nothing left.
+    plan = harness("plan", "table1", "--config", str(config), "--skip-unavailable", cwd=tmp_path, env=OFFLINE)
+    run = harness("run", "table1", "--config", str(config), "--skip-unavailable", "--data-dir", str(shared_data),
+                  "--limit", "2", "--out", str(tmp_path / "run"), cwd=tmp_path, env=OFFLINE)
+    assert "no evaluator could be built" in _one_error(plan) and str(folder) in plan.stderr
+    assert run.returncode == 2 and "no evaluator could be loaded" in run.stderr
+
+
+def _qwen3_moe(**changes) -> dict:
+    config = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "num_experts": 4,
+              "num_experts_per_tok": 2, "moe_intermediate_size": 8, "intermediate_size": 16}
+    return {**config, **changes}
+
+
+@pytest.mark.parametrize(("config", "said"), [
+    (_qwen3_moe(mlp_only_layers=5), "'mlp_only_layers' must be a list of layer indices, not 5"),
+    ({"model_type": "gemma3", "text_config": {"model_type": ["x"]}}, "text_config.model_type must be a string"),
+    (_qwen3_moe(num_hidden_layers=10**9), "'num_hidden_layers' is 1000000000, more than any model has"),
+], ids=["mlp_only_layers", "text_config.model_type", "num_hidden_layers"])
+def test_a_malformed_config_json_is_one_line_naming_the_model(tmp_path: Path, config: dict, said: str):
+    folder = tmp_path / "gen"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    rows = _rows(tmp_path / "rows.yaml", {"Qwen3-8B zero-shot": f"dynamic-rubric:generator=vllm:{folder}"})
+    done = harness("plan", "table1", "--config", str(rows), cwd=tmp_path, env=OFFLINE)
+    line = _one_error(done)
+    assert line.startswith(f"error: cannot size vllm:{folder}: ") and said in line
+
+
+def test_contradictory_or_invalid_flags_are_refused(tmp_path: Path):
+    configs = Path(__file__).resolve().parents[2] / "training" / "configs"
+    policy = str(configs / "policy-8b.yaml")
+    cases = {
+        ("plan", "--train", "policy", "--config", policy, "--gpus", "1", "--gpu-memory", "80", "--processes", "64"):
+            "--processes 64 needs 64 GPUs, one for each process, and there are 1",
+        ("plan", "table1", "--train", "policy", "--config", policy):
+            "a table (table1) or --train policy, not both",
+        ("plan", "table1", "--processes", "4"): "--processes 4 is for --train",
+    }
+    listed = tmp_path / "listed.yaml"
+    listed.write_text("models: [vllm:Qwen/Qwen3-30B-A3B]\n")
+    cases[("plan", "--train", "policy", "--config", policy, "--gpus", "8", "--gpu-memory", "80", "--endpoints",
+           str(listed))] = f"{listed}: models: a mapping of model spec -> endpoint, got list"
+    for argv, said in cases.items():
+        assert said in _one_error(harness(*argv, cwd=tmp_path, env=OFFLINE))
+    infinite = harness("plan", "table1", "--gpus", "1", "--gpu-memory", "inf", cwd=tmp_path, env=OFFLINE)
+    assert infinite.returncode == 2 and "--gpu-memory" in infinite.stderr and "not a finite number" in infinite.stderr
+    assert "Traceback" not in infinite.stderr and "plan:" not in infinite.stdout
+
+
+def test_devices_must_be_finite():
+    from harness.errors import ConfigError
+    from harness.plan import Devices
+
+    for bad in ({"gpu_memory_gib": float("inf")}, {"gpu_memory_gib": float("nan")}, {"kv_cache_gib": float("inf")}):
+        with pytest.raises(ConfigError, match="finite gpu_memory > 0"):
+            Devices(**{"gpus": 1, "gpu_memory_gib": 80.0, **bad})
+
+
+def test_an_endpoint_for_no_model_of_the_run_stops_plan(tmp_path: Path):
+    folder = tmp_path / "gen"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_qwen3_moe()))
+    rows = _rows(tmp_path / "rows.yaml", {"Qwen3-8B zero-shot": f"dynamic-rubric:generator=vllm:{folder}"})
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text(json.dumps({"models": {f"vllm:{folder}/": {"base_url": "http://localhost:8001/v1"}}}))
+    line = _one_error(harness("plan", "table1", "--config", str(rows), "--endpoints", str(endpoints), cwd=tmp_path,
+                              env=OFFLINE))
+    assert f"{endpoints}: models.vllm:{folder}/: no model of this run" in line
+    assert f"differs from vllm:{folder} by a trailing slash" in line and "the run's models: " in line
+    endpoints.write_text(json.dumps({"models": {f"vllm:{folder}": {"base_url": "http://localhost:8001/v1",
+                                                                    "concurrency": "lots"}}}))
+    line = _one_error(harness("plan", "table1", "--config", str(rows), "--endpoints", str(endpoints), cwd=tmp_path,
+                              env=OFFLINE))
+    assert line == f"error: {endpoints}: models.vllm:{folder}.concurrency: Input should be a valid integer, got 'lots'"
+    endpoints.write_text(json.dumps({"models": {f"vllm:{folder}": {"base_url": "http://localhost:8001/v1"}}}))
+    served = harness("plan", "table1", "--config", str(rows), "--endpoints", str(endpoints), cwd=tmp_path, env=OFFLINE)
+    assert served.returncode == 0, served.stderr
+    assert f"vllm:{folder} (served)" in served.stdout and "every model the rows call is served" in served.stdout

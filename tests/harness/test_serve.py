@@ -321,3 +321,115 @@ def test_serve_settings_are_checked(setup: dict, tmp_path: Path) -> None:
         models({setup["token0"]: {}})
     with pytest.raises(ConfigError, match="is not local"):
         models({"vllm:/nowhere": {}})
+
+
+def _serve_refused(setup: dict, config: Path, started: list[dict], *, driver: str = "driver.py") -> str:
+    """`harness serve table1` that must be refused: its one error line, once it has exited (it fails the test at
+    once should it start a server instead)."""
+    argv = [sys.executable, str(setup["dir"] / driver), "serve", "table1", "--config", str(config), "--endpoints",
+            str(setup["dir"] / "endpoints.yaml")]
+    err = setup["dir"] / "refused.err"
+    with err.open("w") as e:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=e, env=setup["env"])
+    try:
+        wait_until("serve to exit or start a server", lambda: proc.poll() is not None or
+                   len(_records(setup)) > len(started))
+        assert proc.poll() == 2 and _records(setup) == started, err.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (line,) = err.read_text().strip().splitlines()
+    return line
+
+
+def _text(path: Path) -> str:
+    """The file's text; empty while it does not exist."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def _kill_groups(records: list[dict]) -> None:
+    for record in records:
+        try:
+            os.killpg(record["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_one_serve_per_endpoints_file_and_a_killed_one_s_file_is_replaced_once_its_servers_are_gone(
+        setup: dict) -> None:
+    config = _config(setup, {}, rows=("rm",))
+    first, out, stdout, stderr = _serve(setup, config)
+    try:
+        wait_until("the endpoints file", out.exists, (first, stderr))
+        written = out.read_text()
+        (log,) = out.with_name("endpoints.yaml.logs").iterdir()
+        with log.open("a") as f:
+            f.write("a line of the first serve's server\n")
+        started = _records(setup)
+
+        line = _serve_refused(setup, config, started)
+        assert line.startswith(f"error: {out} is served by another harness serve (pid {first.pid} on ")
+        assert "stop it first, or name another --endpoints" in line
+        # The first's file, logs and servers are as they were.
+        assert out.read_text() == written and "a line of the first serve's server" in log.read_text()
+        assert _records(setup) == started and first.poll() is None
+
+        # Killed, the first holds no lock; its server's engine worker outlives it, so its file is not replaced.
+        first.kill()
+        first.wait(timeout=60)
+        wait_until("the server to be gone", lambda: _gone(started[0]["pid"]))
+        line = _serve_refused(setup, config, started)
+        assert f"{out} lists servers that still run (process groups {started[0]['pid']})" in line
+        assert out.read_text() == written and _records(setup) == started
+    finally:
+        if first.poll() is None:
+            first.kill()
+        _kill_groups(_records(setup))
+    _assert_no_process_left(started)
+
+    # Its servers gone, a new serve takes the file over.
+    for path in setup["records"].iterdir():
+        path.unlink()
+    third, out, stdout, stderr = _serve(setup, config)
+    try:
+        wait_until("a new endpoints file", lambda: _text(out) not in ("", written), (third, stderr))
+        (server,) = yaml.safe_load(out.read_text())["servers"]
+        assert server["pid"] == _records(setup)[0]["pid"] != started[0]["pid"]
+        third.send_signal(signal.SIGTERM)
+        assert third.wait(timeout=60) == 0, stderr.read_text()
+    finally:
+        if third.poll() is None:
+            third.kill()
+    _assert_no_process_left(_records(setup))
+    assert not out.exists()
+
+
+NO_VLLM = '''
+import importlib.util
+
+found = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *args, **kwargs: None if name == "vllm" else found(name, *args, **kwargs)
+
+from harness.commands.cli import main
+
+main()
+'''
+
+
+def test_without_vllm_serve_is_refused_before_it_makes_any_file(setup: dict) -> None:
+    (setup["dir"] / "no_vllm.py").write_text(NO_VLLM)
+    line = _serve_refused(setup, _config(setup, {}, rows=("rm",)), [], driver="no_vllm.py")
+    assert line.startswith("error: harness serve starts vLLM's OpenAI server: ")
+    made = sorted(p.name for p in setup["dir"].iterdir())
+    assert made == ["driver.py", "models", "no_vllm.py", "records", "refused.err", "run.yaml", "standin.py"]
+
+
+def test_device_assignment_needs_no_list_of_every_gpu() -> None:
+    from harness.serve import assign_devices
+
+    assert assign_devices([_model("a", tp=2), _model("b", devices=(0,))], 10**15) == {
+        ("a", 0): (1, 2), ("b", 0): (0,)}

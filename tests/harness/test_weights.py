@@ -71,6 +71,17 @@ TINY: dict[str, dict[str, Any]] = {
         "decoder_sparse_step": 2,
         "qkv_bias": False,
     },
+    # layers 1, 3 and 5 by the step; 1 listed dense (twice), 2 listed but dense anyway, 99 beyond the layers
+    "qwen2_moe_listed": {
+        "model_type": "qwen2_moe",
+        "num_hidden_layers": 6,
+        "num_experts": 4,
+        "num_experts_per_tok": 1,
+        "moe_intermediate_size": 24,
+        "shared_expert_intermediate_size": 40,
+        "decoder_sparse_step": 2,
+        "mlp_only_layers": [1, 1, 2, 99],
+    },
     "mixtral": {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2},
     "llama_reward": {
         "model_type": "llama",
@@ -274,3 +285,54 @@ def test_read_config_hub_id_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     message = str(caught.value)
     assert "Qwen/Qwen3-8B" in message and "offline" in message and "local checkpoint directory" in message
     assert "\n" not in message
+
+
+# --- malformed configs: one-line errors, never a traceback or a hang -------------------------------------------
+
+_INT_BAD = ("8", 1.5, True, -1, [8], {"n": 8}, 10**9)
+_FLAG_BAD = ("false", 0, 1, [True], {"on": True})
+_TEXT_BAD = (["x"], {"x": 1}, 5, 1.5, True)
+_MAPPING_BAD = ("x", 5, ["x"], 1.5, True)
+_FIELDS = {  # field -> (the tiny config that reads it, wrong values)
+    **{key: ("llama", _INT_BAD) for key in ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads",
+                                            "num_key_value_heads", "head_dim", "intermediate_size")},
+    **{key: ("llama", _FLAG_BAD) for key in ("attention_bias", "mlp_bias", "tie_word_embeddings")},
+    **{key: ("llama", _TEXT_BAD) for key in ("model_type", "dtype", "torch_dtype")},
+    "architectures": ("llama", ("LlamaForCausalLM", 5, {"x": 1}, [5], [True])),
+    "quantization_config": ("llama", _MAPPING_BAD),
+    "text_config": ("llama", _MAPPING_BAD),
+    "qkv_bias": ("qwen2_moe_shared", _FLAG_BAD),
+    **{key: ("qwen2_moe_shared", _INT_BAD) for key in ("num_experts", "decoder_sparse_step", "moe_intermediate_size",
+                                                       "num_experts_per_tok", "shared_expert_intermediate_size")},
+    "mlp_only_layers": ("qwen2_moe_shared", ("0", 5, {"0": 1}, [1.5], [True], ["0"])),
+    "num_local_experts": ("mixtral", _INT_BAD),
+    "id2label": ("llama_reward", _MAPPING_BAD),
+    "num_labels": ("qwen3_classifier", _INT_BAD),
+}
+
+
+@pytest.mark.parametrize("key", sorted(_FIELDS))
+def test_every_field_read_of_the_wrong_type_is_a_one_line_error(key: str) -> None:
+    name, values = _FIELDS[key]
+    parameter_count(_tiny(name))  # the config counts as it is: each error below is the field's
+    for value in values:
+        with pytest.raises(ConfigError) as caught:
+            model_size({**_tiny(name), key: value})
+        assert "\n" not in str(caught.value), (key, value)
+
+
+def test_a_multimodal_config_s_text_model_type_must_be_a_string() -> None:
+    with pytest.raises(ConfigError, match="text_config.model_type must be a string"):
+        parameter_count({"model_type": "gemma3", "text_config": {**_tiny("gemma3_text"), "model_type": ["x"]}})
+
+
+def test_sizes_are_counted_per_layer_kind_not_walked_layer_by_layer() -> None:
+    from harness.weights import MAX_SIZE
+
+    # As many layers as a config may name: the count comes at once and scales exactly with the layers.
+    for name in ("llama", "qwen2_moe_sparse_step", "mixtral"):
+        few, many = (parameter_count({**_tiny(name), "num_hidden_layers": n}) for n in (4, MAX_SIZE))
+        none = parameter_count({**_tiny(name), "num_hidden_layers": 0})
+        assert many.total - none.total == (few.total - none.total) * (MAX_SIZE // 4)
+    with pytest.raises(ConfigError, match="'num_hidden_layers' is 1000000000, more than any model has"):
+        parameter_count({**_tiny("llama"), "num_hidden_layers": 10**9})
