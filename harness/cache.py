@@ -6,6 +6,9 @@ messages, the semantic sampling parameters and the sample index. Timeouts, concu
 A failed call is never stored, so a rerun retries it. With greedy decoding the seed does not change the output and is
 left out of the key. A reward model's score (`score`) is keyed by the conversation, the head and `max_length`, and
 stored with the input's token counts; a loglikelihood (`loglikelihood`) by the context and the continuation.
+An answer a backend sent without its request's constraint (a server that takes no form of it,
+`Completion.constrained`) is keyed as sent (`sent_plain`), never as the constrained request; a constrained request
+reads such an answer back, marked unconstrained, only where no constrained answer is stored.
 
 Identical requests in flight at once are sent once: a request whose key another call (or an earlier request of the
 same batch) is already sending waits for that answer and counts as a hit. What a run asks twice at the same moment,
@@ -310,14 +313,16 @@ def _sample_value(completion: Completion, i: int) -> object:
     return value
 
 
-def _completion_from(values: list[object], *, with_logprobs: bool, cached: bool, usage: Usage) -> Completion:
+def _completion_from(values: list[object], *, with_logprobs: bool, cached: bool, usage: Usage,
+                     constrained: bool = True) -> Completion:
     entries = [v if isinstance(v, dict) else {"text": v} for v in values]
     texts = tuple(e["text"] for e in entries)
     logprobs = None
     if with_logprobs:
         logprobs = tuple(tuple(TokenLogprob.from_json(t) for t in e["logprobs"]) for e in entries)
     fresh = any(e.get("fresh_turn") for e in entries)
-    return Completion(texts, usage, None, cached=cached, logprobs=logprobs, continues_prefix=not fresh)
+    return Completion(texts, usage, None, cached=cached, logprobs=logprobs, continues_prefix=not fresh,
+                      constrained=constrained)
 
 
 async def _landed(waits: Sequence[tuple[int, asyncio.Future]], results: list[Any]) -> None:
@@ -415,16 +420,25 @@ class CachedBackend:
             [cache_key(self._identity, "generate", _generate_payload(r), i) for i in range(r.params.n)]
             for r in requests
         ]
-        found = self.cache.get_many([k for ks in keys for k in ks])
+        # An answer the backend sent without the request's constraint (`Completion.constrained`) is kept under
+        # keys of what was sent, never the constrained request's, and read back only where no constrained answer is.
+        plain = [
+            [cache_key(self._identity, "generate", {**_generate_payload(r), "sent_plain": True}, i)
+             for i in range(r.params.n)] if r.params.constraint is not None else []
+            for r in requests
+        ]
+        found = self.cache.get_many([k for ks in keys + plain for k in ks])
         results: list[Completion | None] = [None] * len(requests)
         todo = []
         for idx, ks in enumerate(keys):
-            if all(k in found for k in ks):
+            stored = next((where for where in (ks, plain[idx]) if where and all(k in found for k in where)), None)
+            if stored is not None:
                 results[idx] = _completion_from(
-                    [found[k] for k in ks],
+                    [found[k] for k in stored],
                     with_logprobs=requests[idx].params.logprobs > 0,
                     cached=True,
                     usage=Usage(),
+                    constrained=stored is ks,
                 )
             else:
                 todo.append(idx)
@@ -446,12 +460,12 @@ class CachedBackend:
                         and len(completion.texts) == requests[idx].params.n
                         and (not wants_logprobs or completion.logprobs is not None)
                     ):
+                        where = keys[idx] if completion.constrained else plain[idx]
                         # Samples already cached keep their stored value, so a partly cached request stays stable.
-                        values = [found.get(k, _sample_value(completion, i)) for i, k in enumerate(keys[idx])]
-                        completion = _completion_from(
-                            values, with_logprobs=wants_logprobs, cached=False, usage=completion.usage
-                        )
-                        to_store += [(k, label, v) for k, v in zip(keys[idx], values) if k not in found]
+                        values = [found.get(k, _sample_value(completion, i)) for i, k in enumerate(where)]
+                        completion = _completion_from(values, with_logprobs=wants_logprobs, cached=False,
+                                                      usage=completion.usage, constrained=completion.constrained)
+                        to_store += [(k, label, v) for k, v in zip(where, values) if k not in found]
                     results[idx] = completion
                 self.cache.put_many(to_store)
         await _landed(waits, results)

@@ -227,6 +227,10 @@ class Completion:
     """Whether the texts continue the request's `assistant_prefix`. False when the backend could not prefill
     (a server that opens a new turn after an assistant message): the request went without the prefix and the
     texts are whole answers, so the prefix must not be joined onto them."""
+    constrained: bool = True
+    """Whether the texts were generated under the request's `params.constraint` (True without one). False when
+    the backend sent the request without it (a server that takes no form of it): the caller's parser reads the
+    texts as usual, but they are not the constrained request's answer, so the call cache does not keep them."""
 
     @property
     def ok(self) -> bool:

@@ -17,9 +17,15 @@ instead, so that every request ends as a completion or a categorised `Failure`, 
   server that reports the token holding a stop string), tokens that start at or after the text's end are
   dropped. A server that answers without them fails the request as UNSUPPORTED.
 - `options.timeout` bounds each attempt as a whole (connect, send, wait, read).
+- The server's URL may carry a query (`?api_key=...`, `?api-version=...`): its parameters go with every
+  request, and the URL is shown and stored only masked (`url`, `harness.redact.mask_url`).
 - What servers differ in is probed, not assumed, on the first request that needs it (one-token probes, each
   once per backend, under a lock so concurrent requests wait for the answer), kept in `probed()`, and what a
-  server lacks is listed by `capabilities()` (the run prints it once and records it in the manifest):
+  server lacks is listed by `capabilities()` (the run prints it once and records it in the manifest). Only a
+  clear answer decides: a refusal (a 4xx; a 501) or an answer that shows what the server does. A probe the
+  server fails (another 5xx, a timeout, a dropped connection) is retried as any request is and decides nothing:
+  the request that needed it fails with that failure (a replica router moves it on, a rerun retries it) and the
+  next request probes again.
   - `n > 1`: a server that answers `n: 2` with one choice (or refuses it) gets one request per sample, sample i
     seeded with `sample_seed(seed, i)` as the local backends do.
   - assistant prefill (`assistant_prefix`): sent in the first of `PREFILL_FORMS` the server continues, judged by
@@ -37,8 +43,10 @@ instead, so that every request ends as a completion or a categorised `Failure`, 
     `response_format` `json_schema`, then llama.cpp's `json_object` + `schema`; for a regex or a choice vLLM's
     `structured_outputs`, then `guided_*`, then a GBNF `grammar` for llama.cpp), found with one attempt per form
     on the first constrained request of each kind: a form is taken when the server answers 2xx and the answer
-    keeps to the constraint (servers that ignore unknown fields are found out by their answers); a server that
-    takes none gets plain requests, and the caller's parser reads the text either way.
+    keeps to the constraint (servers that ignore unknown fields are found out by their answers), and refused
+    when an HTTP error names its field (`STRUCTURED_FIELD_NAMES`) or the answer breaks the constraint; a server
+    that takes none gets plain requests, and the caller's parser reads the text either way. Such an answer says
+    `constrained=False`, and the call cache does not keep it under the constrained request's key.
 - `http_requests` counts every HTTP request (attempts and probes), the calls as the server sees them.
 - Loglikelihoods of given text (`loglikelihood`: lm-eval's multiple-choice and perplexity requests) come from
   `POST /completions` with the prompt as token ids, `max_tokens: 1` and vLLM's `prompt_logprobs: 1` (each prompt
@@ -81,11 +89,11 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from harness.backends.base import (
     BackendOptions,
@@ -104,7 +112,14 @@ from harness.backends.base import (
 from harness.backends.http_bounds import BODY_LIMIT, ResponseTooLarge, bounded_transport, response_limit
 from harness.backends.openai_served import PROBE_QUESTION, ServedRoles, _usage
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory
-from harness.redact import holds_secret, register_secret, scrub_secrets, scrub_tree
+from harness.redact import (
+    holds_secret,
+    mask_url,
+    redact_text,
+    register_secret,
+    register_url_secrets,
+    scrub_tree,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +134,17 @@ STRUCTURED_FORMS: dict[str, tuple[str, ...]] = {
 `{"type": "json_object", "schema": ...}` extension (llama.cpp's servers); vLLM's `structured_outputs` field and
 its older `guided_regex` / `guided_choice` fields (vLLM, SGLang); a GBNF `grammar` (llama.cpp's servers,
 `harness.backends.grammar.gbnf_grammar`)."""
+
+
+STRUCTURED_FIELD_NAMES: dict[str, tuple[str, ...]] = {
+    "json_schema": ("response_format", "json_schema", "json schema"),
+    "json_object_schema": ("response_format", "json_object"),
+    "structured_outputs": ("structured_outputs", "structured output"),
+    "guided": ("guided",),
+    "gbnf": ("grammar", "gbnf"),
+}
+"""Words by which an error names the field of a form: an HTTP error that names it refuses the form; one that
+names none is the server failing (or the request being wrong), which says nothing about the form."""
 
 
 def structured_fields(constraint: Constraint, form: str) -> dict[str, Any]:
@@ -222,9 +248,15 @@ class OpenAIBackend(ServedRoles, BaseBackend):
             )
         self.model = model
         self.options = options
-        self.base_url = normalise_base_url(
-            options.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        )
+        given = options.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        register_url_secrets(given)
+        self.base_url = normalise_base_url(given)
+        """Where requests go: scheme, host, port and path (no credentials, no query)."""
+        self._query = dict(parse_qsl(urlsplit(given.strip()).query, keep_blank_values=True))
+        """The URL's query parameters (a key some servers take there), sent with every request."""
+        self.url = mask_url(self.base_url + (f"?{urlsplit(given.strip()).query}" if self._query else ""))
+        """The server's URL as it is shown and stored (identity, messages, replica counts): its query values
+        masked (`harness.redact.mask_url`)."""
         self._key_env = options.api_key_env or DEFAULT_KEY_ENV
         self._key = os.environ.get(self._key_env, "")
         register_secret(self._key)
@@ -234,6 +266,8 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         self._lacks: dict[str, str] = {}
         """Feature -> what it does not do and how requests cope (`capabilities`)."""
         self._locks: dict[tuple[int, str], asyncio.Lock] = {}
+        self._probe_failures: dict[str, tuple[int, Failure]] = {}
+        """Feature -> how many of its probes the server failed, and the latest failure (`_probe_once`)."""
         self.http_requests = 0
         """HTTP requests sent (every attempt, probes included): the calls as the server counts them."""
         self._backoff_base_s = backoff_base_s
@@ -257,6 +291,7 @@ class OpenAIBackend(ServedRoles, BaseBackend):
             openai.AsyncOpenAI(
                 api_key=self._key or _KEY_PLACEHOLDER,
                 base_url=self.base_url,
+                default_query=self._query or None,
                 max_retries=0,
                 timeout=timeout,
                 http_client=openai.DefaultAsyncHttpxClient(
@@ -279,8 +314,8 @@ class OpenAIBackend(ServedRoles, BaseBackend):
             )
 
     def identity(self) -> dict[str, str]:
-        """Backend kind, model id and normalised server URL (no key, no credentials in the URL)."""
-        return {"kind": self.kind, "model": self.model, "base_url": self.base_url}
+        """Backend kind, model id and normalised server URL (no key, no credentials, query values masked)."""
+        return {"kind": self.kind, "model": self.model, "base_url": self.url}
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         """Complete every request (one chat completion with `n` choices each); aligned with `requests`."""
@@ -308,7 +343,7 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         """
         openai = self._openai
         timeout = min(self.options.timeout, _PROBE_TIMEOUT_S)
-        where = f"OpenAI-compatible server at {self.base_url}"
+        where = f"OpenAI-compatible server at {self.url}"
         try:
             await _deadline(self._clients[0].models.with_raw_response.list(timeout=timeout), timeout)
         except openai.APIStatusError as err:
@@ -334,8 +369,12 @@ class OpenAIBackend(ServedRoles, BaseBackend):
     async def _generate_one(self, request: GenerateRequest) -> Completion:
         """One chat completion with `n` choices, or one per sample where the server does not do `n > 1`."""
         try:
-            if request.params.n > 1 and not await self._supports_n():
-                return await self._one_per_sample(request)
+            if request.params.n > 1:
+                supported = await self._supports_n()
+                if isinstance(supported, Failure):
+                    return Completion(texts=(), error=supported)
+                if not supported:
+                    return await self._one_per_sample(request)
             return await self._complete(request)
         except Exception as exc:  # a bug or an SDK surprise must not lose the batch
             return Completion(texts=(), error=self._failure(FailureCategory.BACKEND, repr(exc), 1))
@@ -354,7 +393,8 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         usage = Usage(sum(c.usage.prompt_tokens for c in parts), sum(c.usage.completion_tokens for c in parts))
         logprobs = tuple(c.logprobs[0] for c in parts) if p.logprobs else None  # type: ignore[index]
         return Completion(tuple(c.texts[0] for c in parts), usage, logprobs=logprobs,
-                          continues_prefix=parts[0].continues_prefix)
+                          continues_prefix=parts[0].continues_prefix,
+                          constrained=all(c.constrained for c in parts))
 
     async def _complete(self, request: GenerateRequest) -> Completion:
         p = request.params
@@ -369,6 +409,8 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         continues = True
         if request.assistant_prefix:
             form = await self._prefill_form()
+            if isinstance(form, Failure):
+                return Completion(texts=(), error=form)
             if form is None:  # asked for the whole turn: the prefix must be written, not glued on
                 continues = False
                 constraint = constraint.after_prefix(request.assistant_prefix) if constraint else None
@@ -382,16 +424,21 @@ class OpenAIBackend(ServedRoles, BaseBackend):
             body["seed"] = p.seed
         if p.stop:
             body["stop"] = list(p.stop)
-        if p.min_tokens and await self._supports_min_tokens():
-            body["min_tokens"] = p.min_tokens
+        if p.min_tokens:
+            supported = await self._supports_min_tokens()
+            if isinstance(supported, Failure):
+                return Completion(texts=(), error=supported)
+            if supported:
+                body["min_tokens"] = p.min_tokens
         if p.logprobs:
             top = await self._top_logprobs(p.logprobs)
             if isinstance(top, Failure):
                 return Completion(texts=(), error=top)
             body["logprobs"] = True
             body["top_logprobs"] = top
+        constrained = True
         if constraint is not None:
-            payload, attempts = await self._post_structured(body, constraint)
+            payload, attempts, constrained = await self._post_structured(body, constraint)
         else:
             payload, attempts = await self._post_chat(body)
         if isinstance(payload, Failure):
@@ -399,12 +446,13 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         texts = _choice_texts(payload, p.n)
         if isinstance(texts, str):
             return Completion(texts=(), error=self._failure(FailureCategory.MALFORMED_RESPONSE, texts, attempts))
-        if not p.logprobs:
-            return Completion(texts=texts, usage=_usage(payload), continues_prefix=continues)
-        logprobs = _choice_logprobs(payload, texts, p.logprobs)
-        if isinstance(logprobs, Failure):
-            return Completion(texts=(), error=self._failure(logprobs.category, logprobs.message, attempts))
-        return Completion(texts=texts, usage=_usage(payload), logprobs=logprobs, continues_prefix=continues)
+        logprobs = None
+        if p.logprobs:
+            logprobs = _choice_logprobs(payload, texts, p.logprobs)
+            if isinstance(logprobs, Failure):
+                return Completion(texts=(), error=self._failure(logprobs.category, logprobs.message, attempts))
+        return Completion(texts=texts, usage=_usage(payload), logprobs=logprobs, continues_prefix=continues,
+                          constrained=constrained)
 
     async def _logprobs_one(self, request: LogprobRequest, candidates: Sequence[str]) -> LogprobResult:
         """One HTTP request per context (branches in parallel); any failure fails the whole request."""
@@ -415,6 +463,8 @@ class OpenAIBackend(ServedRoles, BaseBackend):
             form = None
             if request.assistant_prefix:
                 form = await self._prefill_form()
+                if isinstance(form, Failure):
+                    return LogprobResult(logprobs={}, error=form)
                 if form is None:
                     why = self._lacks.get(PREFILL, "")
                     return LogprobResult(logprobs={}, error=Failure(
@@ -472,67 +522,102 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         """The lock under which the first request that needs `feature` finds it out (per event loop)."""
         return self._locks.setdefault((id(asyncio.get_running_loop()), feature), asyncio.Lock())
 
+    async def _probe_once(self, feature: str, probe: Callable[[], Awaitable[Any]]) -> Any:
+        """What the server does about `feature` (`_found`), found by `probe()` on the first request that needs
+        it, under a lock: the requests that wait meanwhile read its finding. A probe the server failed (it
+        returns that Failure) records nothing, and the requests that waited for it get the same failure
+        instead of each probing again in turn (a server that hangs would cost each one a timeout, one after
+        another); the next request probes again."""
+        if feature in self._found:
+            return self._found[feature]
+        seen = self._probe_failures.get(feature, (0, None))[0]
+        async with self._lock(feature):
+            if feature in self._found:
+                return self._found[feature]
+            failed = self._failed_meanwhile(feature, seen)
+            if failed is not None:
+                return failed
+            found = await probe()
+            if isinstance(found, Failure):
+                self._probe_failed(feature, found)
+            else:
+                self._found[feature] = found
+            return found
+
+    def _failed_meanwhile(self, feature: str, seen: int) -> Failure | None:
+        """The failure of a probe of `feature` that ended after `seen` of them had failed, if one did."""
+        count, failure = self._probe_failures.get(feature, (0, None))
+        return failure if count > seen else None
+
+    def _probe_failed(self, feature: str, failure: Failure) -> None:
+        self._probe_failures[feature] = (self._probe_failures.get(feature, (0, None))[0] + 1, failure)
+
     def _lacking(self, feature: str, reason: str) -> None:
         self._lacks[feature] = reason
         log.debug("%s: %s %s", self._server_label(), feature, reason)
 
     async def _probe_post(
-        self, body: dict[str, Any] | None, *, path: str = "/chat/completions", limit: int | None = None
+        self, body: dict[str, Any] | None, *, path: str = "/chat/completions", limit: int | None = None,
+        names: tuple[str, ...] = (),
     ) -> tuple[dict[str, Any] | Failure, bool]:
-        """A probing request: (the answer or why not, whether the server refused it). An HTTP error status on
-        the first attempt is a refusal of what is being probed (no retry); other faults are retried as usual.
-        `path`, `limit`: as for `_post`."""
+        """A probing request: (the answer or why not, whether the server refused what is probed).
+
+        Only a clear answer decides: a 4xx (400, 404, 422, ...), a 501, or a 5xx whose message names the probed
+        field (one of `names`: servers that fail validation with a 500) is a refusal, at once. Any other 5xx, a
+        timeout, a dropped connection or a malformed body is the server failing, not refusing: the request is
+        retried as any request is, and after the retries a refusal is still one while anything else comes back
+        unrefused, for the caller to decide nothing on. `path`, `limit`: as for `_post`."""
         outcome = await self._attempt(body, path=path, limit=limit)
         if not isinstance(outcome, _Fault):
             return outcome, False
-        if outcome.category in (FailureCategory.BAD_REQUEST, FailureCategory.SERVER_ERROR):
+        if _refusal(outcome, names):
             return self._failure(outcome.category, outcome.message, 1), True
-        payload, _ = await self._post(path, body, limit=limit)
-        return payload, False
+        payload, _ = await self._post(path, body, limit=limit, first=outcome)
+        return payload, isinstance(payload, Failure) and _refusal(payload, names)
 
-    async def _supports_n(self) -> bool:
-        """Whether the server returns `n` choices for `n: 2` (probed once: one token each, two choices asked)."""
-        if N_SAMPLES in self._found:
-            return self._found[N_SAMPLES]
-        async with self._lock(N_SAMPLES):
-            if N_SAMPLES not in self._found:
-                body = {"model": self.model, "messages": [{"role": "user", "content": PROBE_QUESTION}],
-                        "max_tokens": 1, "temperature": 1.0, "n": 2}
-                payload, refused = await self._probe_post(body)
-                if isinstance(payload, Failure) and not refused:
-                    return False  # the server is failing, not refusing: this request goes one per sample
-                choices = payload.get("choices") if isinstance(payload, dict) else None
-                self._found[N_SAMPLES] = isinstance(choices, list) and len(choices) >= 2
-                if not self._found[N_SAMPLES]:
-                    how = (f"refused n=2: {payload.message}" if isinstance(payload, Failure)
-                           else f"answered n=2 with {len(choices) if isinstance(choices, list) else 0} choice(s)")
-                    self._lacking(N_SAMPLES, f"unsupported ({how}): one request per sample, each with its "
-                                             "derived seed")
-            return self._found[N_SAMPLES]
+    async def _supports_n(self) -> bool | Failure:
+        """Whether the server returns `n` choices for `n: 2` (probed once: one token each, two choices asked),
+        or the failure of a server that is failing rather than answering (`_probe_once`)."""
+        return await self._probe_once(N_SAMPLES, self._probe_n)
 
-    async def _supports_min_tokens(self) -> bool:
+    async def _probe_n(self) -> bool | Failure:
+        body = {"model": self.model, "messages": [{"role": "user", "content": PROBE_QUESTION}],
+                "max_tokens": 1, "temperature": 1.0, "n": 2}
+        payload, refused = await self._probe_post(body)
+        if isinstance(payload, Failure) and not refused:
+            return payload
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        if isinstance(choices, list) and len(choices) >= 2:
+            return True
+        how = (f"refused n=2: {payload.message}" if isinstance(payload, Failure)
+               else f"answered n=2 with {len(choices) if isinstance(choices, list) else 0} choice(s)")
+        self._lacking(N_SAMPLES, f"unsupported ({how}): one request per sample, each with its derived seed")
+        return False
+
+    async def _supports_min_tokens(self) -> bool | Failure:
         """Whether the server holds back the end of an answer for `min_tokens` (vLLM's extension field), probed
-        once: a short greedy answer, then the same with `min_tokens` equal to its budget, which must fill it."""
-        if MIN_TOKENS not in self._found:
-            async with self._lock(MIN_TOKENS):
-                if MIN_TOKENS not in self._found:
-                    self._found[MIN_TOKENS] = await self._probe_min_tokens()
-        return self._found[MIN_TOKENS]
+        once: a short greedy answer, then the same with `min_tokens` equal to its budget, which must fill it.
+        A server failing meanwhile decides nothing: its failure comes back (`_probe_once`)."""
+        return await self._probe_once(MIN_TOKENS, self._probe_min_tokens)
 
-    async def _probe_min_tokens(self) -> bool:
+    async def _probe_min_tokens(self) -> bool | Failure:
         budget = 24
         base = {"model": self.model, "messages": [{"role": "user", "content": SHORT_PROBE}],
                 "max_tokens": budget, "temperature": 0.0}
         free, _ = await self._post_chat(base)
-        natural = _usage(free).completion_tokens if isinstance(free, dict) else 0
+        if isinstance(free, Failure):
+            return free
+        natural = _usage(free).completion_tokens
         if not 0 < natural < budget:
-            why = free.message if isinstance(free, Failure) else f"the free answer took {natural} of {budget} tokens"
-            self._lacking(MIN_TOKENS, f"unknown ({why}): not sent, so an answer may end early")
+            self._lacking(MIN_TOKENS, f"unknown (the free answer took {natural} of {budget} tokens): not sent, so "
+                                      "an answer may end early")
             return False
-        held, refused = await self._probe_post({**base, "min_tokens": budget})
+        held, refused = await self._probe_post({**base, "min_tokens": budget}, names=("min_tokens",))
+        if isinstance(held, Failure) and not refused:
+            return held
         if isinstance(held, dict) and _usage(held).completion_tokens == budget:
             return True
-        how = (("refused: " if refused else "") + held.message if isinstance(held, Failure)
+        how = (f"refused: {held.message}" if isinstance(held, Failure)
                else f"ignored: the answer ended after {_usage(held).completion_tokens} tokens")
         self._lacking(MIN_TOKENS, f"unsupported ({how}): not sent, so an answer may end early (a short answer "
                                   "sheet is re-asked)")
@@ -541,28 +626,28 @@ class OpenAIBackend(ServedRoles, BaseBackend):
     async def _top_logprobs(self, asked: int) -> int | Failure:
         """How many alternatives to ask for (`asked`, or fewer where the server refuses as many), or the
         failure of a server without token logprobs (probed once with the larger of 20 and
-        `options.top_logprobs`, then 5 if that is refused)."""
-        if TOP_LOGPROBS not in self._found:
-            async with self._lock(TOP_LOGPROBS):
-                if TOP_LOGPROBS not in self._found:
-                    self._found[TOP_LOGPROBS] = await self._probe_top_logprobs(max(20, self.options.top_logprobs))
-        cap = self._found[TOP_LOGPROBS]
+        `options.top_logprobs`, then 5 if that is refused), or of a server that is failing meanwhile
+        (`_probe_once`)."""
+        asked_first = max(20, self.options.top_logprobs)
+        cap = await self._probe_once(TOP_LOGPROBS, lambda: self._probe_top_logprobs(asked_first))
+        if isinstance(cap, Failure):
+            return cap
         if cap == 0:
             return Failure(FailureCategory.UNSUPPORTED,
                            f"{self._server_label()} returns no token logprobs ({self._lacks.get(TOKEN_LOGPROBS)})")
         return min(asked, cap)
 
-    async def _probe_top_logprobs(self, k: int) -> int:
+    async def _probe_top_logprobs(self, k: int) -> int | Failure:
         refusals = []
         for ask in dict.fromkeys((k, 5)):
             body = {"model": self.model, "messages": [{"role": "user", "content": PROBE_QUESTION}],
                     "max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": ask}
-            payload, refused = await self._probe_post(body)
+            payload, refused = await self._probe_post(body, names=("logprobs",))
             if refused:
                 refusals.append(f"top_logprobs={ask}: {payload.message}")  # type: ignore[union-attr]
                 continue
             if isinstance(payload, Failure):
-                return ask  # failing, not refusing: the requests themselves will say what happens
+                return payload  # failing, not refusing: nothing is decided
             alternatives = _first_token_alternatives(payload)
             if isinstance(alternatives, Failure) and alternatives.category is not FailureCategory.UNSUPPORTED:
                 return ask  # a malformed answer says nothing about support: the requests will say what happens
@@ -580,8 +665,9 @@ class OpenAIBackend(ServedRoles, BaseBackend):
                                       "unsupported without being sent")
         return 0
 
-    async def _prefill_form(self) -> str | None:
-        """The form in which this server continues a prefilled assistant turn (`PREFILL_FORMS`), or None.
+    async def _prefill_form(self) -> str | None | Failure:
+        """The form in which this server continues a prefilled assistant turn (`PREFILL_FORMS`), or None; or the
+        failure of a server that is failing meanwhile (nothing decided, `_probe_once`).
 
         Probed once, with one-token requests: a reference with the probe's prefix written at the end of the user
         turn, then the prefix as a prefilled assistant turn in each form until one is continued. A server that
@@ -589,29 +675,29 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         is tokenised at a boundary); one that closes the turn and opens a new one counts its end-of-turn and
         turn-header tokens on top.
         """
-        if PREFILL not in self._found:
-            async with self._lock(PREFILL):
-                if PREFILL not in self._found:
-                    self._found[PREFILL] = await self._probe_prefill()
-        return self._found[PREFILL]
+        return await self._probe_once(PREFILL, self._probe_prefill)
 
-    async def _probe_prefill(self) -> str | None:
+    async def _probe_prefill(self) -> str | None | Failure:
         question, prefix = PREFILL_PROBE
         base = {"model": self.model, "max_tokens": 1, "temperature": 0.0}
         messages = [{"role": "user", "content": question}]
         reference, _ = await self._post_chat({**base, "messages": [{"role": "user", "content": question + prefix}]})
-        expected = _usage(reference).prompt_tokens if isinstance(reference, dict) else 0
+        if isinstance(reference, Failure):
+            return reference
+        expected = _usage(reference).prompt_tokens
         if not expected:
-            why = reference.message if isinstance(reference, Failure) else "the answer has no usage.prompt_tokens"
-            self._lacking(PREFILL, f"unknown ({why}): requests go without the prefill and the answer is read "
-                                   "whole")
+            self._lacking(PREFILL, "unknown (the answer has no usage.prompt_tokens): requests go without the "
+                                   "prefill and the answer is read whole")
             return None
         seen = []
         for form in PREFILL_FORMS:
             sent, fields = prefill_fields(messages, prefix, form)
-            payload, refused = await self._probe_post({**base, **fields, "messages": sent})
+            payload, refused = await self._probe_post({**base, **fields, "messages": sent},
+                                                      names=("continue_final_message", "prefix", "assistant"))
+            if isinstance(payload, Failure) and not refused:
+                return payload
             if isinstance(payload, Failure):
-                seen.append(f"{form}: {'refused, ' if refused else ''}{payload.message}")
+                seen.append(f"{form}: refused, {payload.message}")
                 continue
             extra = _usage(payload).prompt_tokens - expected
             if abs(extra) <= 1:
@@ -623,74 +709,101 @@ class OpenAIBackend(ServedRoles, BaseBackend):
 
     async def _post_structured(
         self, body: dict[str, Any], constraint: Constraint
-    ) -> tuple[dict[str, Any] | Failure, int]:
-        """POST a constrained request in the first form this server accepts (see `STRUCTURED_FORMS`).
+    ) -> tuple[dict[str, Any] | Failure, int, bool]:
+        """POST a constrained request in the first form this server accepts (see `STRUCTURED_FORMS`): the JSON
+        answer (or a Failure), the attempts it took, and whether it went under the constraint.
 
-        Until a form is known for the constraint's kind, each is tried once, in order, with one attempt and no
-        retry: a 2xx answer that keeps to the constraint makes it the form for this backend (one cut at
-        max_tokens is returned without concluding: the next constrained request probes again); a 4xx/5xx answer
-        (the server refused the field) or one that breaks the constraint (a server that ignores fields it does
-        not know) moves on to the next form; any other fault is retried as usual in that form, without
-        concluding. When no form is accepted the kind is marked unsupported (`capabilities`) and the request
-        goes out plain: the caller's parser reads the text.
+        Until a form is known for the constraint's kind, the request itself probes them, in order
+        (`_probe_structured`). When the server takes none, the kind is marked unsupported (`capabilities`) and
+        the request goes out plain (the caller's parser reads the text), said by the third value being False:
+        such an answer is not the constrained request's (the call cache keeps it under no key).
         """
         feature = f"structured output ({constraint.kind})"
         if feature not in self._found:
+            seen = self._probe_failures.get(feature, (0, None))[0]
             async with self._lock(feature):
                 if feature not in self._found:
-                    refusals = []
-                    for form in STRUCTURED_FORMS[constraint.kind]:
-                        try:
-                            fields = structured_fields(constraint, form)
-                        except ConfigError as exc:
-                            refusals.append(f"{form}: {exc}")
-                            continue
-                        outcome = await self._attempt({**body, **fields})
-                        if not isinstance(outcome, _Fault):
-                            kept, why = _kept_constraint(outcome, constraint)
-                            if kept:
-                                self._found[feature] = form
-                            if kept is not False:  # kept, or cannot tell yet (the next request probes again)
-                                return outcome, 1
-                            refusals.append(f"{form}: accepted but not honoured ({why})")
-                            continue
-                        if outcome.category not in (FailureCategory.BAD_REQUEST, FailureCategory.SERVER_ERROR):
-                            return await self._post_chat({**body, **fields})
-                        refusals.append(f"{form}: {outcome.message}")
-                    self._found[feature] = None
-                    self._lacking(feature, f"unsupported ({'; '.join(refusals)}): plain requests, the parser "
-                                           "reads them")
+                    failed = self._failed_meanwhile(feature, seen)  # as `_probe_once`: no probes in turn
+                    if failed is not None:
+                        return failed, 0, True
+                    answered = await self._probe_structured(body, constraint, feature)
+                    if answered is not None:
+                        if isinstance(answered[0], Failure):
+                            self._probe_failed(feature, answered[0])
+                        return (*answered, True)
         form = self._found[feature]
         try:
             fields = {} if form is None else structured_fields(constraint, form)
         except ConfigError as exc:  # this constraint cannot go in the server's form: plain, the parser reads it
             log.debug("%s: %s", self._server_label(), exc)
             fields = {}
-        return await self._post_chat({**body, **fields})
+        payload, attempts = await self._post_chat({**body, **fields})
+        return payload, attempts, bool(fields)
+
+    async def _probe_structured(
+        self, body: dict[str, Any], constraint: Constraint, feature: str
+    ) -> tuple[dict[str, Any] | Failure, int] | None:
+        """Send `body` under `constraint` in each form in turn until the server takes one: its answer (or its
+        failure) and the attempts it took; None when every form was refused (then recorded as unsupported).
+
+        Only a clear refusal moves on to the next form: an HTTP error whose message names the form's field
+        (`STRUCTURED_FIELD_NAMES`; a 4xx, or llama-cpp-python's 500 for a `response_format` type it lacks), or a
+        2xx answer that breaks the constraint (a server that ignores fields it does not know). A 2xx answer
+        that keeps to it makes the form this backend's; one cut at max_tokens is returned without concluding
+        (the next constrained request probes again). Anything else (a 5xx or 4xx that names no field, a
+        timeout, a dropped connection, a malformed body) is retried as any request is and decides nothing:
+        the request comes back with its answer or its failure.
+        """
+        refusals = []
+        for form in STRUCTURED_FORMS[constraint.kind]:
+            try:
+                sent = {**body, **structured_fields(constraint, form)}
+            except ConfigError as exc:
+                refusals.append(f"{form}: {exc}")
+                continue
+            outcome: dict[str, Any] | _Fault | Failure = await self._attempt(sent)
+            attempts = 1
+            if isinstance(outcome, _Fault) and not _refuses_form(outcome, form):
+                outcome, attempts = await self._post("/chat/completions", sent, first=outcome)
+            if isinstance(outcome, (_Fault, Failure)):
+                if _refuses_form(outcome, form):
+                    refusals.append(f"{form}: {self._scrub(outcome.message)}")
+                    continue
+                return outcome, attempts  # a Failure: a fault that refuses nothing went through `_post`
+            kept, why = _kept_constraint(outcome, constraint)
+            if kept:
+                self._found[feature] = form
+            if kept is not False:  # kept, or cannot tell yet (the next request probes again)
+                return outcome, attempts
+            refusals.append(f"{form}: accepted but not honoured ({why})")
+        self._found[feature] = None
+        self._lacking(feature, f"unsupported ({'; '.join(refusals)}): plain requests, the parser reads them")
+        return None
 
     def _server_label(self) -> str:
-        return f"the server at {self._scrub(self.base_url)} (model {self.model!r})"
+        return f"the server at {self.url} (model {self.model!r})"
 
     async def _post_chat(self, body: dict[str, Any]) -> tuple[dict[str, Any] | Failure, int]:
         """POST a chat completion with retries: the JSON body (or a Failure) and the attempts it took."""
         return await self._post("/chat/completions", body)
 
     async def _post(
-        self, path: str, body: dict[str, Any] | None, *, limit: int | None = None
+        self, path: str, body: dict[str, Any] | None, *, limit: int | None = None, first: _Fault | None = None
     ) -> tuple[dict[str, Any] | Failure, int]:
         """POST `body` to `path` (GET when `body` is None) with retries: the JSON answer (or a Failure) and the
         attempts it took. `path` is relative to the base URL, or absolute (`_root_url`: endpoints outside `/v1`);
-        `limit`: the most bytes the answer may take (default: `response_limit(body)`)."""
-        fault: _Fault | None = None
-        for attempt in range(1, self.options.max_attempts + 1):
+        `limit`: the most bytes the answer may take (default: `response_limit(body)`); `first`: the fault of an
+        attempt already made (a probe's), which counts as the first of `options.max_attempts`."""
+        fault = first
+        attempt = 1 if first is not None else 0
+        while attempt < self.options.max_attempts and (fault is None or fault.retryable):
+            attempt += 1
             if fault is not None:
                 await asyncio.sleep(self._backoff(attempt - 1, fault.retry_after))
             outcome = await self._attempt(body, path=path, limit=limit)
             if not isinstance(outcome, _Fault):
                 return outcome, attempt
             fault = outcome
-            if not fault.retryable:
-                break
         assert fault is not None
         return self._failure(fault.category, fault.message, attempt), attempt
 
@@ -751,9 +864,10 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         return Failure(category, self._scrub(message), attempts)
 
     def _scrub(self, text: str) -> str:
-        """`text` without the API key (servers sometimes echo it in error bodies)."""
-        text = " ".join(text.split())  # one line
-        return scrub_secrets(text.replace(self._key, "***") if self._key else text)
+        """`text` on one line without the API key (servers sometimes echo it in error bodies) and with every URL
+        in it masked (`harness.redact.redact_text`)."""
+        text = " ".join(text.split())
+        return redact_text(text.replace(self._key, "***") if self._key else text)
 
 
 class _AdaptiveLimit:
@@ -866,6 +980,30 @@ async def _deadline(awaitable: Awaitable[T], seconds: float) -> T:
     return await asyncio.wait_for(awaitable, seconds)
 
 
+def _refusal(fault: _Fault | Failure, names: tuple[str, ...] = ()) -> bool:
+    """Whether a probe's fault refuses what it probed: a 4xx other than 401/403/408/429 (BAD_REQUEST), 501 Not
+    Implemented, or a 5xx that names one of `names`. Other 5xx, timeouts and dropped connections are the server
+    failing."""
+    if fault.category is FailureCategory.BAD_REQUEST:
+        return True
+    return fault.category is FailureCategory.SERVER_ERROR and (
+        fault.message.startswith("HTTP 501") or _names(fault, names))
+
+
+def _refuses_form(fault: _Fault | Failure, form: str) -> bool:
+    """Whether an HTTP error refuses the structured-output `form`: a 4xx or 5xx whose message names its field
+    (`STRUCTURED_FIELD_NAMES`). A 4xx that names none may be about the request itself (the probe is a real
+    request), so it decides nothing."""
+    errors = (FailureCategory.BAD_REQUEST, FailureCategory.SERVER_ERROR)
+    return fault.category in errors and _names(fault, STRUCTURED_FIELD_NAMES[form])
+
+
+def _names(fault: _Fault | Failure, names: tuple[str, ...]) -> bool:
+    """Whether the fault's message names one of `names` (case aside)."""
+    message = fault.message.lower()
+    return any(name in message for name in names)
+
+
 def _status_fault(status: int, response: Any) -> _Fault:
     """Categorise an HTTP error status (`response` is the SDK's httpx response)."""
     try:
@@ -911,13 +1049,14 @@ def retry_after_seconds(headers: Any) -> float | None:
 
 
 def normalise_base_url(url: str) -> str:
-    """`url` with lower-case scheme and host, no user:password part and no trailing slash."""
+    """`url` with lower-case scheme and host, no user:password part, no query (the backend sends its parameters
+    with each request) and no trailing slash."""
     parts = urlsplit(url.strip())
     host = (parts.hostname or "").lower()
     netloc = f"{host}:{parts.port}" if parts.port else host
     if ":" in host:  # IPv6 literal
         netloc = f"[{host}]:{parts.port}" if parts.port else f"[{host}]"
-    return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), parts.query, ""))
+    return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
 
 
 _THINK_BLOCK = re.compile(r"\s*<think>.*?</think>\s*", re.DOTALL)

@@ -195,29 +195,11 @@ class ServedRoles:
                 "ids), so the context's text is unknown"))
         return text
 
-    async def _probe_endpoint(
-        self, body: dict[str, Any] | None, *, path: str, limit: int
-    ) -> tuple[dict[str, Any] | Failure, bool]:
-        """`_probe_post` for an endpoint the server may not have: a 4xx or 501 is a refusal, any other 5xx the
-        server failing (retried as usual, and a refusal only if it then answers with a 4xx)."""
-        payload, refused = await self._probe_post(body, path=path, limit=limit)
-        if refused and payload.category is FailureCategory.SERVER_ERROR and "HTTP 501" not in payload.message:
-            payload, _ = await self._post(path, body, limit=limit)
-            refused = isinstance(payload, Failure) and payload.category is FailureCategory.BAD_REQUEST
-        return payload, refused
-
     async def _tokenizer_facts(self) -> _TokenizerFacts | Failure | None:
         """What the server's tokenizer adds and declares (probed once), None for a server without vLLM's
         tokenizer endpoint, or the failure of a server that is failing rather than refusing (probed again on
-        the next call)."""
-        if TOKENIZER not in self._found:
-            async with self._lock(TOKENIZER):
-                if TOKENIZER not in self._found:
-                    found = await self._probe_tokenizer()
-                    if isinstance(found, Failure):
-                        return found
-                    self._found[TOKENIZER] = found
-        return self._found[TOKENIZER]
+        the next call; `_probe_once`)."""
+        return await self._probe_once(TOKENIZER, self._probe_tokenizer)
 
     async def _probe_tokenizer(self) -> _TokenizerFacts | Failure | None:
         """`POST /tokenize` of the empty text with special tokens (what the tokenizer adds, and the server's
@@ -225,7 +207,7 @@ class ServedRoles:
         as the BOS); a one-turn chat, to learn whether it has a chat template."""
         url = self._root_url("/tokenize")
         body = {"model": self.model, "prompt": "", "add_special_tokens": True}
-        payload, refused = await self._probe_endpoint(body, path=url, limit=BODY_BASE_BYTES)
+        payload, refused = await self._probe_post(body, path=url, limit=BODY_BASE_BYTES)
         if isinstance(payload, Failure) and not refused:
             return payload
         added = _token_ids(payload) if isinstance(payload, dict) else None
@@ -236,7 +218,7 @@ class ServedRoles:
             return None
         length = payload.get("max_model_len")
         max_model_len = length if type(length) is int and length > 0 else None
-        info, refused = await self._probe_endpoint(None, path=self._root_url("/tokenizer_info"), limit=_INFO_LIMIT)
+        info, refused = await self._probe_post(None, path=self._root_url("/tokenizer_info"), limit=_INFO_LIMIT)
         if isinstance(info, Failure) and not refused:
             return info
         declared: dict[str, tuple[int, str]] = {}
@@ -262,7 +244,7 @@ class ServedRoles:
                                         "after an empty context fail as unsupported, and a reward model's input "
                                         "cut to fit keeps no leading BOS (start vLLM with "
                                         "--enable-tokenizer-info-endpoint)")
-        chat, refused = await self._probe_endpoint(
+        chat, refused = await self._probe_post(
             {"model": self.model, "messages": [{"role": "user", "content": PROBE_QUESTION}]}, path=url,
             limit=BODY_BASE_BYTES)
         if isinstance(chat, Failure) and not refused:
@@ -282,14 +264,7 @@ class ServedRoles:
         Probed once: the probe text's ids as a completion's prompt, in each form until an answer carries a
         logprob for every prompt token after the first (a server that ignores a field it does not know answers
         without them)."""
-        if PROMPT_LOGPROBS not in self._found:
-            async with self._lock(PROMPT_LOGPROBS):
-                if PROMPT_LOGPROBS not in self._found:
-                    found = await self._probe_loglikelihood(facts)
-                    if isinstance(found, Failure):
-                        return found
-                    self._found[PROMPT_LOGPROBS] = found
-        return self._found[PROMPT_LOGPROBS]
+        return await self._probe_once(PROMPT_LOGPROBS, lambda: self._probe_loglikelihood(facts))
 
     async def _probe_loglikelihood(self, facts: _TokenizerFacts) -> str | Failure | None:
         ids = await self._tokenize(LOGLIKELIHOOD_PROBE)
@@ -300,7 +275,7 @@ class ServedRoles:
         seen = []
         for form, fields in LOGLIKELIHOOD_FORMS.items():
             body = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, **fields}
-            payload, refused = await self._probe_endpoint(body, path="/completions", limit=_prompt_limit(len(ids)))
+            payload, refused = await self._probe_post(body, path="/completions", limit=_prompt_limit(len(ids)))
             if isinstance(payload, Failure):
                 if not refused:
                     return payload
@@ -385,28 +360,28 @@ class ServedRoles:
 
     async def _classifier_labels(self) -> int | Failure:
         """How many labels the server's classifier has (0: it has no classifier endpoint), probed once with
-        `POST /classify` of a short text; or the failure of a server that is failing rather than refusing."""
-        if CLASSIFIER not in self._found:
-            async with self._lock(CLASSIFIER):
-                if CLASSIFIER not in self._found:
-                    url = self._root_url("/classify")
-                    body = {"model": self.model, "input": PROBE_QUESTION, "use_activation": False}
-                    payload, refused = await self._probe_endpoint(body, path=url, limit=BODY_BASE_BYTES)
-                    if isinstance(payload, Failure) and not refused:
-                        return payload
-                    labels = _classifier_probs(payload) if isinstance(payload, dict) else None
-                    if not isinstance(labels, list):
-                        why = payload.message if isinstance(payload, Failure) else labels
-                        self._lacking(CLASSIFIER, f"unsupported (POST {url}: {why}): reward-model scores are "
-                                                  "refused")
-                    self._found[CLASSIFIER] = len(labels) if isinstance(labels, list) else 0
-        return self._found[CLASSIFIER]
+        `POST /classify` of a short text; or the failure of a server that is failing rather than refusing
+        (`_probe_once`)."""
+        return await self._probe_once(CLASSIFIER, self._probe_classifier)
+
+    async def _probe_classifier(self) -> int | Failure:
+        url = self._root_url("/classify")
+        body = {"model": self.model, "input": PROBE_QUESTION, "use_activation": False}
+        payload, refused = await self._probe_post(body, path=url, limit=BODY_BASE_BYTES)
+        if isinstance(payload, Failure) and not refused:
+            return payload
+        labels = _classifier_probs(payload) if isinstance(payload, dict) else None
+        if isinstance(labels, list):
+            return len(labels)
+        why = payload.message if isinstance(payload, Failure) else labels
+        self._lacking(CLASSIFIER, f"unsupported (POST {url}: {why}): reward-model scores are refused")
+        return 0
 
     def _require_scalar_classifier(self, labels: int) -> None:
         """Raises ConfigError unless the server's classifier has one label (`_classifier_labels`)."""
         if labels == 0:
             raise ConfigError(
-                f"openai:{self.model} cannot score with a reward model: {self._scrub(self.base_url)} is not a "
+                f"openai:{self.model} cannot score with a reward model: {self.url} is not a "
                 f"pooling server ({CLASSIFIER} {self._lacks.get(CLASSIFIER, 'unsupported')}); start vLLM's "
                 "server on the *ForSequenceClassification checkpoint with the pooling runner (`python -m "
                 "vllm.entrypoints.openai.api_server --model DIR --runner pooling`), or load it with hf: or vllm:"

@@ -92,7 +92,7 @@ def _finish(summary, out: str) -> None:
     if replicas:
         typer.echo("replicas:")
         for line in replicas:
-            typer.echo(f"  {line}")
+            typer.echo(redact_text(f"  {line}"))
     lacking = summary.lacking_lines()
     if lacking:
         typer.echo("what the backends lack (recorded in the manifest):")

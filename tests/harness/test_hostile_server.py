@@ -98,11 +98,14 @@ def test_a_body_that_grows_past_its_limit_is_cut_off_while_read():
 
 
 def _echo_key(request) -> HttpResponse:
-    """Every answer, probe answer and error carries the request's Authorization header."""
+    """Every answer, probe answer and error carries the request's Authorization header; a field it does not take
+    is refused with a 400 that names it."""
     key = request.headers.get("authorization", "").removeprefix("Bearer ")
     body = request.json()
-    if body.get("n", 1) > 1 or body.get("min_tokens") or body.get("response_format"):
-        return HttpResponse(400, json.dumps({"error": {"message": f"unsupported field for key {key}"}}).encode())
+    for field in ("n", "min_tokens", "response_format"):
+        if body.get(field, 1) != 1:
+            message = f"unsupported field {field} for key {key}"
+            return HttpResponse(400, json.dumps({"error": {"message": message}}).encode())
     raw = json.dumps(chat_completion([f"[[A]] Your key is {key}; again: KEY_ESCAPED"]))
     # The second copy behind a JSON escape, as a server may write it: no byte match finds it in the body.
     return HttpResponse(200, raw.replace("KEY_ESCAPED", f"\\u{ord(key[0]):04x}{key[1:]}").encode())
