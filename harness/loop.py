@@ -19,13 +19,19 @@ current parsers at no model cost, and resamples where the cache is bypassed.
 **Stopping.** A `HarnessError` raised by a unit (a server that cannot be reached, a model that cannot be loaded, a
 cache the disk refuses) stops every worker: finished records stay, the output is marked failed and the error is the
 command's one line. Ctrl-C or SIGTERM cancels the workers, marks the output interrupted and raises `Interrupted`
-saying what was saved; a rerun of the same command resumes.
+saying what was saved; a rerun of the same command resumes. Cancelling a worker stops the local model work it
+waited for after the current decode step (`harness.backends.local.InFlight`), and nothing of that work is cached
+or recorded. A second Ctrl-C or SIGTERM, any time until the command's event loop closes (while the backends
+close, say), prints the same `interrupted:` line and exits with code 130 at once: every record already written
+stays (each is flushed as it is appended).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -197,9 +203,17 @@ async def run_loop(
             summary.written += len(records)
             advance(1)
 
+    def interrupted() -> Interrupted:
+        finish()
+        saved = summary.total - summary.missing
+        return Interrupted(
+            f"interrupted: {saved} of {summary.total} {noun} are saved in {output.paths.shown} "
+            f"({summary.written} by this session); rerun the same command to resume"
+        )
+
     phases = sorted({u.phase for u in todo})
     workers: list[asyncio.Future] = []
-    with progress_bar(len(todo), label) as bar, _sigterm_cancels_this_task():
+    with progress_bar(len(todo), label) as bar, _Signals(output, interrupted, bar):
         try:
             for phase in phases:
                 pending = iter([u for u in todo if u.phase == phase])
@@ -214,12 +228,7 @@ async def run_loop(
                     await after_phase(phase)
         except asyncio.CancelledError:
             await _stop(workers)
-            finish()
-            saved = summary.total - summary.missing
-            raise Interrupted(
-                f"interrupted: {saved} of {summary.total} {noun} are saved in {output.paths.shown} "
-                f"({summary.written} by this session); rerun the same command to resume"
-            ) from None
+            raise interrupted() from None
         except BaseException:
             await _stop(workers)
             finish()
@@ -285,18 +294,66 @@ def _tally(summary: LoopSummary, units: Sequence[Unit], log: Any) -> None:
     summary.failures = dict(sorted(counts.items()))
 
 
-class _sigterm_cancels_this_task:
-    """Within the block, SIGTERM cancels the running task as Ctrl-C does (a batch scheduler's stop is saved)."""
+class _Signals:
+    """Ctrl-C and SIGTERM while the loop runs ("Stopping" in the module docstring); both take the same path.
+
+    The first cancels the loop's task. A second one exits the process at once: the bar leaves the terminal, the
+    output is marked interrupted unless the loop already left it, and the `interrupted:` line is printed. Once a
+    signal came, the handlers stay until the event loop closes (`loop.close` removes them), so a second signal
+    while the backends close still exits at once; otherwise leaving the block restores the previous Ctrl-C
+    handler (asyncio's, which cancels the command's main task). A signal the process ignores (a background job
+    of a non-interactive shell ignores Ctrl-C) stays ignored.
+
+    Args:
+        output: The open output.
+        interrupted: Builds the `Interrupted` error that says what is saved.
+        bar: The progress bar.
+    """
+
+    def __init__(self, output: Output, interrupted: Callable[[], Interrupted], bar: Any) -> None:
+        self._output, self._interrupted, self._bar = output, interrupted, bar
+        self._signals = 0
+        self._left = False
+        self._message: str | None = None
+        self._installed: list[signal.Signals] = []
 
     def __enter__(self) -> None:
         self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        try:
-            self._loop.add_signal_handler(signal.SIGTERM, task.cancel)  # type: ignore[union-attr]
-            self._installed = True
-        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
-            self._installed = False
+        self._task = asyncio.current_task()
+        self._previous = signal.getsignal(signal.SIGINT)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                continue
+            try:
+                self._loop.add_signal_handler(sig, self._received)
+            except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+                break
+            self._installed.append(sig)
 
-    def __exit__(self, *exc: object) -> None:
-        if self._installed:
-            self._loop.remove_signal_handler(signal.SIGTERM)
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self._left = True
+        if isinstance(exc, Interrupted):
+            self._message = str(exc)
+        if self._signals:
+            return
+        for sig in self._installed:
+            self._loop.remove_signal_handler(sig)
+        if signal.SIGINT in self._installed and self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _received(self) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            self._task.cancel()  # type: ignore[union-attr]
+            return
+        self._bar.stop()
+        if self._message is None:
+            self._message = str(self._interrupted())
+        if not self._left:  # the output is open: its manifest would say the session still runs
+            try:
+                self._output.manifest.finish(status="interrupted", summary=self._output.summary)
+            except Exception:  # noqa: BLE001 - exiting now matters more; the records are on disk
+                pass
+        sys.stdout.flush()
+        print(self._message, file=sys.stderr, flush=True)
+        os._exit(Interrupted.exit_code)

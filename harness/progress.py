@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 
 class _Bar:
-    """`advance(k)` moves the bar; `set_total(n)` sets its length once the work is known."""
+    """`advance(k)` moves the bar; `set_total(n)` sets its length once the work is known; `stop()` removes it."""
 
     def __init__(self, progress=None, task=None) -> None:
         self._progress, self._task = progress, task
@@ -23,6 +23,12 @@ class _Bar:
     def set_total(self, n: int) -> None:
         if self._progress is not None:
             self._progress.update(self._task, total=n)
+
+    def stop(self) -> None:
+        """Take the bar off the terminal now and show the cursor again (before a last message and an exit that
+        skips the `progress_bar` block's end)."""
+        if self._progress is not None:
+            self._progress.stop()
 
 
 @contextmanager

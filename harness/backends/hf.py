@@ -42,6 +42,11 @@ How generation behaves, and where it deviates from a plain `model.generate` call
   straddles a stop-string cut (or the whitespace stripped from a plain-rendered answer) is kept whole, tokens
   wholly outside the text are dropped. A batch with such rows keeps every step's logits (steps x rows x
   vocabulary floats) until it finishes, so rows asking for logprobs are batched together.
+- Work nobody waits for stops (`harness.backends.local.InFlight`): when every call waiting on the model is
+  cancelled (Ctrl-C), or the backend is cancelled or closed, `model.generate` returns after its current decode
+  step (`StopOnEvent`, a stopping criterion), and any forward pass (a long prompt's prefill, a logprob batch)
+  stops before its next decoder layer (a forward pre-hook on each, `decoder_layers`); the call then raises
+  `Cancelled` instead of returning the truncated text, so nothing of it is cached or recorded.
 """
 
 from __future__ import annotations
@@ -77,12 +82,15 @@ from harness.backends.base import (
 from harness.backends.hf_rows import Output, Row, RowConstraint, RowMinTokens, RowSampler, RowStopper
 from harness.backends.local import (
     PLAIN_STOPS,
+    Cancelled,
+    InFlight,
     answer_span,
     backend_failure,
     candidate_token_ids,
     check_dtype,
     check_score_head,
     check_source_head,
+    check_stop,
     device_map,
     encode_chat,
     encode_contexts,
@@ -146,6 +154,8 @@ class HFBackend(BaseBackend):
         self._tok: Any = None
         self._classifier = False
         self._mask: Any = None
+        self._stop: threading.Event | None = None
+        """The stop of the work holding the model (`_locked`), checked before every decoder layer."""
         self._lacks: dict[str, str] = {}
         self._config: dict[str, Any] = {}
         self._closed = False
@@ -155,10 +165,11 @@ class HFBackend(BaseBackend):
         """How many times loaded weights were freed (`release`, `close`)."""
         self._candidate_cache: dict[str, list[int]] = {}
         self._token_texts: dict[int, str] = {}
+        self._inflight = InFlight()
         self._merged_generate = CallMerger(
-            lambda merged: asyncio.to_thread(self._locked, self._generate_sync, merged)
+            lambda merged: self._inflight.run(self._locked, self._generate_sync, merged)
         )
-        self._merged_score = CallMerger(lambda merged: asyncio.to_thread(self._locked, self._score_sync, merged))
+        self._merged_score = CallMerger(lambda merged: self._inflight.run(self._locked, self._score_sync, merged))
 
     # --------------------------------------------------------------------------------------------------------
     # Loading
@@ -231,6 +242,8 @@ class HFBackend(BaseBackend):
         if placement is None:
             lm = lm.to(self.device)
         lm.eval()
+        for layer in decoder_layers(lm):
+            layer.register_forward_pre_hook(self._stop_between_layers)
         text_config = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
         self.context_length: int | None = getattr(text_config, "max_position_embeddings", None)
         self._torch = torch
@@ -278,8 +291,14 @@ class HFBackend(BaseBackend):
         await asyncio.to_thread(self.load)
 
     async def close(self) -> None:
-        """Free the model (and the CUDA cache); later requests fail."""
+        """Stop the work in flight (`cancel`), then free the model (and the CUDA cache); later requests fail."""
+        self.cancel()
         await asyncio.to_thread(self._free, closing=True)
+
+    def cancel(self) -> None:
+        """Stop the work in flight, from any thread: a generation returns after its current decode step, forward
+        passes stop before their next batch, and the calls waiting for them raise `Cancelled`."""
+        self._inflight.cancel()
 
     async def release(self) -> None:
         """Free the model's memory now; the next request the call cache cannot answer loads it again (a run's
@@ -308,8 +327,12 @@ class HFBackend(BaseBackend):
         Concurrent calls are merged into shared batches (`CallMerger`): rows carry their own seeds, stops and
         budgets, so merging changes no sampled output; greedy float32 outputs were measured batch-invariant on CPU.
         Per-request failures are returned as `Completion.error`, never raised.
+
+        Raises:
+            Cancelled: the work was stopped before it finished (see the module docstring).
         """
-        return await self._merged_generate(requests)
+        with self._inflight.call():
+            return await self._merged_generate(requests)
 
     async def next_token_logprobs(
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
@@ -324,7 +347,8 @@ class HFBackend(BaseBackend):
         """
         if not requests:
             return []
-        return await asyncio.to_thread(self._locked, self._logprobs_sync, list(requests), list(candidates))
+        with self._inflight.call():
+            return await self._inflight.run(self._locked, self._logprobs_sync, list(requests), list(candidates))
 
     async def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
         """Log-probability of each continuation after its context, as lm-evaluation-harness' `hf` model computes
@@ -336,7 +360,8 @@ class HFBackend(BaseBackend):
         """
         if not requests:
             return []
-        return await asyncio.to_thread(self._locked, self._loglikelihood_sync, list(requests))
+        with self._inflight.call():
+            return await self._inflight.run(self._locked, self._loglikelihood_sync, list(requests))
 
     async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """Reward-model scores (see `harness.backends.hf_reward`), aligned with `requests`; concurrent calls are
@@ -345,7 +370,8 @@ class HFBackend(BaseBackend):
         Raises:
             ConfigError: a head the checkpoint does not fit (`check_score`).
         """
-        return await self._merged_score(requests)
+        with self._inflight.call():
+            return await self._merged_score(requests)
 
     def check_score(self, head: ScoreHead) -> None:
         """Refuse a checkpoint that does not fit `head`, from its config.json (`check_source_head`)."""
@@ -354,10 +380,25 @@ class HFBackend(BaseBackend):
     # --------------------------------------------------------------------------------------------------------
     # Internals
 
-    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+    def _locked(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> T:
+        """`fn(*args, stop=stop)` holding the model (loaded first), unless `stop` is set before it starts; the
+        result of work whose stop was set while it ran is never returned, whatever caught the stop inside it."""
+        what = f"work on hf model {self.model!r}"
         with self._lock:
             self._ensure_loaded()
-            return fn(*args)
+            check_stop(stop, what)
+            self._stop = stop
+            try:
+                result = fn(*args, stop=stop)
+            finally:
+                self._stop = None
+            check_stop(stop, what)
+            return result
+
+    def _stop_between_layers(self, module: Any, args: Any) -> None:
+        """The forward pre-hook of every decoder layer: raises `Cancelled` once the working call's stop is set."""
+        if self._stop is not None:
+            check_stop(self._stop, f"work on hf model {self.model!r}")
 
     def encode(self, messages: Sequence[Message], assistant_prefix: str = "") -> list[int]:
         """Token ids of the prompt (see `encode_chat`)."""
@@ -403,7 +444,8 @@ class HFBackend(BaseBackend):
         if self._classifier:
             raise not_generative(f"hf model {self.model!r}", self._config)
 
-    def _score_sync(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+    def _score_sync(self, requests: list[ScoreRequest], *, stop: threading.Event) -> list[ScoreResult]:
+        """Reward-model scores of `requests`; `_locked` checked `stop` before, and the batches then run whole."""
         from harness.backends.hf_reward import score_batches
 
         for head in sorted({r.head for r in requests}):
@@ -413,7 +455,7 @@ class HFBackend(BaseBackend):
             context_length=self.context_length, batch_size=self.options.batch_size,
         )
 
-    def _generate_sync(self, requests: list[GenerateRequest]) -> list[Completion]:
+    def _generate_sync(self, requests: list[GenerateRequest], *, stop: threading.Event) -> list[Completion]:
         self._require_causal_lm()
         failures: dict[int, Failure] = {}
         prompt_tokens: dict[int, int] = {}
@@ -446,8 +488,11 @@ class HFBackend(BaseBackend):
         size = self.options.batch_size
         for start in range(0, len(rows), size):
             batch = rows[start : start + size]
+            check_stop(stop, f"generation on hf model {self.model!r}")
             try:
-                results = self._generate_batch(batch)
+                results = self._generate_batch(batch, stop)
+            except Cancelled:
+                raise
             except Exception as exc:  # e.g. out of memory: fail the requests of this batch, keep the rest
                 for r in batch:
                     failures.setdefault(r.req, backend_failure(f"generation failed: {type(exc).__name__}: {exc}"))
@@ -470,7 +515,7 @@ class HFBackend(BaseBackend):
             )
         return completions
 
-    def _generate_batch(self, batch: list[Row]) -> list[Output]:
+    def _generate_batch(self, batch: list[Row], stop: threading.Event) -> list[Output]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         torch = self._torch
@@ -487,16 +532,26 @@ class HFBackend(BaseBackend):
         # The raw logits (before any processor), not the processed scores: logprobs of the model itself.
         want_logits = any(r.logprobs for r in batch)
         extra = {"output_logits": True, "return_dict_in_generate": True} if want_logits else {}
-        with torch.inference_mode():
-            out = self._lm.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                max_new_tokens=max(r.max_new for r in batch),
-                do_sample=False,  # greedy argmax; sampled rows are sampled by RowSampler
-                logits_processor=processors,
-                stopping_criteria=StoppingCriteriaList([stopper]),
-                **extra,
-            )
+        max_new = max(r.max_new for r in batch)
+        stopping = StopOnEvent(stop)
+        log.debug("hf model %s: generating %d rows of up to %d new tokens", self.model, len(batch), max_new)
+        try:
+            with torch.inference_mode():
+                out = self._lm.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    max_new_tokens=max_new,
+                    do_sample=False,  # greedy argmax; sampled rows are sampled by RowSampler
+                    logits_processor=processors,
+                    stopping_criteria=StoppingCriteriaList([stopper, stopping]),
+                    **extra,
+                )
+            # Rows cut short by the stop are not answers: the call raises instead of returning them.
+            check_stop(stop, f"generation on hf model {self.model!r}")
+        except Cancelled:
+            log.debug("hf model %s: generation stopped after %d of up to %d new tokens", self.model,
+                      stopping.steps, max_new)
+            raise
         sequences = out.sequences if extra else out
         eos = set(self._eos_ids)
         results = []
@@ -537,7 +592,9 @@ class HFBackend(BaseBackend):
             self._candidate_cache[candidate] = candidate_token_ids(self._tok, candidate)
         return self._candidate_cache[candidate]
 
-    def _logprobs_sync(self, requests: list[LogprobRequest], candidates: list[str]) -> list[LogprobResult]:
+    def _logprobs_sync(
+        self, requests: list[LogprobRequest], candidates: list[str], *, stop: threading.Event
+    ) -> list[LogprobResult]:
         self._require_causal_lm()
         cand_ids = {c: self._candidate_ids(c) for c in candidates}
         results: list[LogprobResult | None] = [None] * len(requests)
@@ -553,10 +610,14 @@ class HFBackend(BaseBackend):
                 single.append((i, encoded[0]))
         single.sort(key=lambda t: -len(t[1]))
         size = self.options.batch_size
+        what = f"forward passes on hf model {self.model!r}"
         for start in range(0, len(single), size):
             batch = single[start : start + size]
+            check_stop(stop, what)
             try:
                 rows = self._last_logprobs([p for _, p in batch])
+            except Cancelled:
+                raise
             except Exception as exc:
                 for i, _ in batch:
                     results[i] = LogprobResult({}, error=_forward_failure(exc))
@@ -564,8 +625,11 @@ class HFBackend(BaseBackend):
             for (i, ids), row in zip(batch, rows):
                 results[i] = LogprobResult(_pick(row, cand_ids), usage=Usage(len(ids), 0))
         for i, seqs in branched:
+            check_stop(stop, what)
             try:
                 rows, computed = self._branch_logprobs(seqs)
+            except Cancelled:
+                raise
             except Exception as exc:
                 results[i] = LogprobResult({}, error=_forward_failure(exc))
                 continue
@@ -573,7 +637,9 @@ class HFBackend(BaseBackend):
             results[i] = LogprobResult({}, branches=branches, usage=Usage(computed, 0))
         return results  # type: ignore[return-value]
 
-    def _loglikelihood_sync(self, requests: list[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
+    def _loglikelihood_sync(
+        self, requests: list[LoglikelihoodRequest], *, stop: threading.Event
+    ) -> list[LoglikelihoodResult]:
         self._require_causal_lm()
         results: list[LoglikelihoodResult | None] = [None] * len(requests)
         rows: list[tuple[int, list[int], int, bool]] = []  # (request, ids, continuation tokens, context cut)
@@ -598,8 +664,11 @@ class HFBackend(BaseBackend):
         size = self.options.batch_size
         for start in range(0, len(rows), size):
             batch = rows[start : start + size]
+            check_stop(stop, f"forward passes on hf model {self.model!r}")
             try:
                 found = self._continuation_logprobs([ids for _, ids, _, _ in batch], [n for _, _, n, _ in batch])
+            except Cancelled:
+                raise
             except Exception as exc:
                 for i, *_ in batch:
                     results[i] = LoglikelihoodResult(None, error=_forward_failure(exc))
@@ -678,6 +747,40 @@ class HFBackend(BaseBackend):
                 last = logits[torch.arange(n), torch.tensor([len(t) - 1 for t in tails])]
                 rows += list(torch.log_softmax(last.float(), dim=-1).cpu())
         return rows, shared + sum(len(s) - shared for s in seqs)
+
+
+class StopOnEvent:
+    """A stopping criterion (`transformers.StoppingCriteria`): every row is done once `event` is set, so
+    `generate` returns after the decode step it is in. `steps` counts the steps it has seen."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+        self.steps = 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        self.steps += 1
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+def decoder_layers(model: Any) -> list[Any]:
+    """The decoder layers of a transformers model: its `GradientCheckpointingLayer`s (every decoder layer of
+    transformers' causal LMs and sequence classifiers derives from it), else the entries of a `ModuleList`
+    named `layers`."""
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except ImportError:  # transformers before the shared base class
+        found = []
+    else:
+        found = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if not found:
+        import torch
+
+        for name, m in model.named_modules():
+            if name.split(".")[-1] == "layers" and isinstance(m, torch.nn.ModuleList):
+                found += list(m)
+    return found
 
 
 def _pick(row: Any, cand_ids: dict[str, list[int]]) -> dict[str, float]:

@@ -12,16 +12,20 @@
   config.json; `score_ids` renders and cuts a conversation (`encode_scored`, `truncate_left`); `score_result`
   turns a logit into a result.
 - Devices and dtypes: `pick_device`, `pick_dtype`, `device_map`.
+- Stopping work nobody waits for: `InFlight` and `Cancelled`.
 
 torch, transformers and huggingface_hub are imported inside functions.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +38,7 @@ from harness.backends.base import (
     ScoreResult,
     chat_to_json,
 )
-from harness.errors import ConfigError, Failure, FailureCategory, ModelNotFoundError
+from harness.errors import ConfigError, Failure, FailureCategory, Interrupted, ModelNotFoundError
 
 PLAIN_STOPS = ("\nUser:",)
 
@@ -51,6 +55,78 @@ def check_dtype(dtype: str) -> None:
 def backend_failure(message: str) -> Failure:
     """A per-request failure of a local backend, on one line."""
     return Failure(FailureCategory.BACKEND, " ".join(message.split()))
+
+
+class Cancelled(Interrupted):
+    """Work of a local backend stopped before it finished (see `InFlight`): nothing it computed is returned, so
+    nothing of it is cached or recorded."""
+
+
+class InFlight:
+    """The work a local backend runs in worker threads, and the calls waiting for it.
+
+    A local model computes in a thread the event loop cannot interrupt, so cancelling the task that awaits it
+    would leave it running to its end (a run stopped with Ctrl-C waited minutes for a generation it then threw
+    away). Each piece of work (`run`) gets its own `threading.Event`, its *stop*: the work checks it between
+    steps (`hf`: a stopping criterion at every decode step and a check between batches; `vllm`: between engine
+    steps) and raises `Cancelled` once it is set. A stop is set when the task awaiting the work is cancelled,
+    when the last call waiting on the backend (`call`) is cancelled (calls merged into one batch wait on it
+    together; Ctrl-C cancels them all), and by `cancel` (the backend closing, or any thread).
+    """
+
+    def __init__(self) -> None:
+        self._waiting = 0
+        self._stops: set[threading.Event] = set()
+        self._guard = threading.Lock()
+        self.stopped = 0
+        """How many pieces of work were told to stop while in flight."""
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """Wrap one call of the backend's async methods: if it is cancelled while no other call waits, the work
+        in flight stops."""
+        self._waiting += 1
+        try:
+            yield
+        except asyncio.CancelledError:
+            if self._waiting == 1:
+                self.cancel()
+            raise
+        finally:
+            self._waiting -= 1
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args, stop=event)` in a worker thread; cancelling this await sets `event` too."""
+        stop = threading.Event()
+        with self._guard:
+            self._stops.add(stop)
+        try:
+            return await asyncio.to_thread(fn, *args, stop=stop)
+        except asyncio.CancelledError:
+            with self._guard:
+                self._stop(stop)
+            raise
+        finally:
+            with self._guard:
+                self._stops.discard(stop)
+
+    def cancel(self) -> None:
+        """Stop every piece of work in flight; safe from any thread. Each raises `Cancelled` after its current
+        step."""
+        with self._guard:
+            for stop in self._stops:
+                self._stop(stop)
+
+    def _stop(self, stop: threading.Event) -> None:
+        if not stop.is_set():
+            self.stopped += 1
+            stop.set()
+
+
+def check_stop(stop: threading.Event, what: str) -> None:
+    """Raise `Cancelled` (saying `what` was stopped) if `stop` is set."""
+    if stop.is_set():
+        raise Cancelled(f"{what} was cancelled; nothing of it is kept")
 
 
 def prompt_ids(

@@ -35,7 +35,9 @@ class CallMerger(Generic[Req, Res]):
     async def _drain(self) -> None:
         while self._pending:
             await asyncio.sleep(0)  # let callers that are starting right now join this round
-            calls, self._pending = self._pending, []
+            calls, self._pending = [c for c in self._pending if not c[1].done()], []  # callers cancelled: dropped
+            if not calls:
+                continue
             merged = [r for reqs, _ in calls for r in reqs]
             try:
                 results = await self._run(merged)

@@ -42,6 +42,10 @@ Deviations from a plain `LLM.chat(...)` call, all to make `vllm:` and `hf:` mean
   normalised over the vocabulary (vLLM's raw logits need an engine started with `logprobs_mode="raw_logits"`,
   which would give wrong values to `next_token_logprobs`), so the raw logit of token 0 cannot be read; score such
   models with `hf:`.
+- Work nobody waits for stops (`harness.backends.local.InFlight`): the backend steps the engine itself
+  (`step_engine`), so when every call waiting on it is cancelled (Ctrl-C), or it is cancelled or closed, the
+  requests in flight are aborted after the current engine step and the call raises `Cancelled` instead of
+  returning truncated samples (nothing of them is cached or recorded).
 """
 
 from __future__ import annotations
@@ -49,9 +53,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.util
+import inspect
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness.backends.base import (
@@ -73,10 +78,13 @@ from harness.backends.base import (
 )
 from harness.backends.grammar import lark_grammar
 from harness.backends.local import (
+    Cancelled,
+    InFlight,
     backend_failure,
     check_dtype,
     check_score_head,
     check_source_head,
+    check_stop,
     not_generative,
     prompt_ids,
     read_model_config,
@@ -98,6 +106,10 @@ LM_TOKEN0_UNSUPPORTED = (
 )
 MIN_MAX_LOGPROBS = 20
 """The engine allows at least this many logprobs per token (vLLM's own default)."""
+STOPPED_SHUTDOWN_S = 1.0
+"""Seconds an engine whose work was stopped gets to exit before vLLM kills its processes (vLLM's default grace
+is 5 s: `vllm/v1/utils.py:605`, `shutdown(procs, timeout)`), so an interrupted run does not wait for the engine
+to finish a step nobody wants."""
 
 
 def engine_max_logprobs(options: BackendOptions) -> int:
@@ -149,6 +161,7 @@ class VLLMBackend(BaseBackend):
         self._closed = False
         self._lock = threading.Lock()
         self._token_texts: dict[int, str] = {}
+        self._inflight = InFlight()
         self._merged_generate = CallMerger(self._generate_now)
         self._merged_logprobs = CallMerger(self._logprobs_now)
         self._merged_score = CallMerger(self._score_now)
@@ -266,8 +279,15 @@ class VLLMBackend(BaseBackend):
             await asyncio.to_thread(self.load)
 
     async def close(self) -> None:
-        """Shut the engine down (its worker processes exit and free their memory); later requests fail."""
+        """Abort the requests in flight (`cancel`), then shut the engine down (its worker processes exit and free
+        their memory); later requests fail."""
+        self.cancel()
         await asyncio.to_thread(self._drop, closing=True)
+
+    def cancel(self) -> None:
+        """Abort the requests in flight after the current engine step, from any thread; the calls waiting for them
+        raise `Cancelled`."""
+        self._inflight.cancel()
 
     async def release(self) -> None:
         """Shut the engine down now; the next request the call cache cannot answer starts it again (a run's
@@ -289,8 +309,11 @@ class VLLMBackend(BaseBackend):
             log.info("vLLM engine for %s: %d calls (prompts per call: %s)", self.model, len(self.engine_calls), shown)
         core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
+            # vLLM 0.32's `MPClient.shutdown(timeout)` (vllm/v1/engine/core_client.py:766); a shutdown without the
+            # parameter keeps vLLM's own grace.
+            hurry = self._inflight.stopped and "timeout" in inspect.signature(core.shutdown).parameters
             try:
-                core.shutdown()
+                core.shutdown(**({"timeout": STOPPED_SHUTDOWN_S} if hurry else {}))
             except Exception as exc:  # noqa: BLE001 - closing must not fail a finished run
                 log.debug("vLLM engine shutdown: %s: %s", type(exc).__name__, exc)
 
@@ -308,20 +331,32 @@ class VLLMBackend(BaseBackend):
     def _prompt(self, messages, prefix: str = "") -> tuple[list[int] | None, Failure | None]:
         return prompt_ids(self._tok, messages, prefix, self.context_length)
 
-    def _run(self, prompts: list[list[int]], params: list[Any]) -> list[Any]:
+    def _run(self, prompts: list[list[int]], params: list[Any], *, stop: threading.Event) -> list[Any]:
         with self._lock:
             self._live()
+            what = f"generation on vllm model {self.model!r}"
+            check_stop(stop, what)
             self.engine_calls.append(len(prompts))
             log.debug("vLLM engine call %d: %d prompts", len(self.engine_calls), len(prompts))
-            return self._llm.generate(
-                [{"prompt_token_ids": p} for p in prompts], sampling_params=params, use_tqdm=False
-            )
+            try:
+                return step_engine(self._llm, [{"prompt_token_ids": p} for p in prompts], params,
+                                   stop=lambda: check_stop(stop, what))
+            except Exception:
+                # A terminal's Ctrl-C reaches vLLM's engine process too, which then shuts down: once the work is
+                # stopped, the engine's error is that stop, not a failure of the requests.
+                check_stop(stop, what)
+                raise
 
     async def _engine(self, prompts: list[list[int]], params: list[Any]) -> tuple[list[Any], Failure | None]:
-        """`LLM.generate` in a worker thread; an engine error becomes one failure for every prompt."""
+        """The engine's outputs for `prompts` (`step_engine`, in a worker thread); an engine error becomes one
+        failure for every prompt.
+
+        Raises:
+            Cancelled: the requests were aborted (see the module docstring).
+        """
         try:
-            return await asyncio.to_thread(self._run, prompts, params), None
-        except BackendUnavailableError:
+            return await self._inflight.run(self._run, prompts, params), None
+        except (BackendUnavailableError, Cancelled):
             raise
         except Exception as exc:
             return [], backend_failure(f"generation failed: {type(exc).__name__}: {exc}")
@@ -333,10 +368,14 @@ class VLLMBackend(BaseBackend):
         """Complete every request; aligned with `requests`, never raises per request.
 
         Concurrent calls are merged into one engine call (`CallMerger`), so the engine batches them.
+
+        Raises:
+            Cancelled: the requests were aborted before they finished (see the module docstring).
         """
         await self.probe()
         self._require_generative()
-        return await self._merged_generate(requests)
+        with self._inflight.call():
+            return await self._merged_generate(requests)
 
     async def _generate_now(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         from harness.backends.local import PLAIN_STOPS, has_chat_template
@@ -449,7 +488,8 @@ class VLLMBackend(BaseBackend):
         await self.probe()
         self._require_generative()
         cands = tuple(candidates)
-        return await self._merged_logprobs([(r, cands) for r in requests])
+        with self._inflight.call():
+            return await self._merged_logprobs([(r, cands) for r in requests])
 
     async def _logprobs_now(self, items: Sequence[tuple[LogprobRequest, tuple[str, ...]]]) -> list[LogprobResult]:
         from harness.backends.local import candidate_token_ids, encode_contexts
@@ -531,7 +571,8 @@ class VLLMBackend(BaseBackend):
                 todo.append((i, whole[-(limit - 1):], len(cont), len(whole) > limit - 1))
         if todo:
             params = self._vllm.SamplingParams(n=1, temperature=0.0, max_tokens=1, prompt_logprobs=1)
-            outs, failed = await self._engine([ids for _, ids, _, _ in todo], [params] * len(todo))
+            with self._inflight.call():
+                outs, failed = await self._engine([ids for _, ids, _, _ in todo], [params] * len(todo))
             for k, (i, ids, n, cut) in enumerate(todo):
                 if failed is not None:
                     results[i] = LoglikelihoodResult(None, error=failed)
@@ -567,7 +608,8 @@ class VLLMBackend(BaseBackend):
             ConfigError: a head this backend cannot score (`check_score`), or a causal LM's engine.
         """
         await self.probe()
-        return await self._merged_score(requests)
+        with self._inflight.call():
+            return await self._merged_score(requests)
 
     async def _score_now(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         name = f"vllm model {self.model!r}"
@@ -587,8 +629,8 @@ class VLLMBackend(BaseBackend):
                 rows.append((i, *got))
         if rows:
             try:
-                outs = await asyncio.to_thread(self._classify, [ids for _, ids, _ in rows])
-            except BackendUnavailableError:
+                outs = await self._inflight.run(self._classify, [ids for _, ids, _ in rows])
+            except (BackendUnavailableError, Cancelled):
                 raise
             except Exception as exc:  # noqa: BLE001 - the engine's error fails these requests, not the run
                 failure = backend_failure(f"forward pass failed: {type(exc).__name__}: {exc}")
@@ -600,15 +642,47 @@ class VLLMBackend(BaseBackend):
                     results[i] = score_result(float(out.outputs.probs[0]), tokens, len(ids))
         return results  # type: ignore[return-value]
 
-    def _classify(self, prompts: list[list[int]]) -> list[Any]:
+    def _classify(self, prompts: list[list[int]], *, stop: threading.Event) -> list[Any]:
         with self._lock:
             self._live()
+            check_stop(stop, f"scoring on vllm model {self.model!r}")
             self.engine_calls.append(len(prompts))
             return self._llm.classify(
                 [{"prompt_token_ids": p} for p in prompts],
                 pooling_params=self._vllm.PoolingParams(use_activation=False),
                 use_tqdm=False,
             )
+
+
+def step_engine(llm: Any, prompts: list[Any], params: list[Any], *, stop: Callable[[], None]) -> list[Any]:
+    """`llm.generate(prompts, params)`'s outputs, with the engine stepped here so that `stop()` runs between
+    steps: should it raise, the requests are aborted and its exception propagates.
+
+    This is what vLLM's `LLM.generate` does (vLLM 0.32): `LLM.enqueue` (vllm/entrypoints/llm.py:484) adds the
+    requests and returns their ids (internal ones, with vLLM's random suffix); `LLM._run_engine`
+    (vllm/entrypoints/common/offline.py:589) steps `llm_engine` while it has unfinished requests (offline.py:610-611),
+    keeps the finished outputs and sorts them by request id (offline.py:642). An abort is
+    `LLMEngine.abort_request(ids, internal=True)` (vllm/v1/engine/llm_engine.py:224), as vLLM aborts the requests it
+    added when adding the rest fails (offline.py:563). A vLLM without `enqueue` (older releases: it came with vLLM's
+    pull request 33195) runs `llm.generate` whole: `stop()` then runs only before it starts.
+    """
+    if not hasattr(llm, "enqueue"):
+        stop()
+        return llm.generate(prompts, sampling_params=params, use_tqdm=False)
+    engine = llm.llm_engine
+    ids = llm.enqueue(prompts, params, use_tqdm=False)
+    outputs = []
+    try:
+        while engine.has_unfinished_requests():
+            stop()
+            outputs += [out for out in engine.step() if out.finished]
+    except BaseException:
+        try:
+            engine.abort_request(ids, internal=True)
+        except Exception as exc:  # noqa: BLE001 - the first error is the one to report
+            log.debug("vLLM abort of %d requests: %s: %s", len(ids), type(exc).__name__, exc)
+        raise
+    return sorted(outputs, key=lambda out: int(out.request_id))
 
 
 def _eos_ids(llm: Any, tokenizer: Any) -> list[int]:

@@ -231,7 +231,7 @@ def test_event_loop_stays_responsive_and_calls_serialise(backend, monkeypatch: p
     began, loop_ran = threading.Event(), threading.Event()
     state = {"now": 0, "peak": 0, "passes": 0}
 
-    def watched(requests):
+    def watched(requests, **kwargs):
         state["now"] += 1
         state["peak"] = max(state["peak"], state["now"])
         try:
@@ -239,7 +239,7 @@ def test_event_loop_stays_responsive_and_calls_serialise(backend, monkeypatch: p
             began.set()
             assert loop_ran.wait(600), "the event loop did not run while torch worked"
             state["passes"] += 1
-            return real(requests)
+            return real(requests, **kwargs)
         finally:
             state["now"] -= 1
 
@@ -509,6 +509,7 @@ def test_vllm_backend_without_vllm_names_the_extra(tiny_dir: Path) -> None:
 def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
     import dataclasses
     import importlib.machinery
+    import itertools
     import json
     import types
 
@@ -532,11 +533,16 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
         min_tokens: int = 0
 
     class FakeLLM:
+        """vLLM 0.32's `LLM` as the backend uses it: `enqueue`, then `llm_engine.step()` until nothing is
+        unfinished (every request finishes at the first step here)."""
+
         instances: list = []
 
         def __init__(self, **kwargs):
             self.kwargs = kwargs
             self.calls: list = []
+            self.queued: list = []
+            self.counter = itertools.count()
             vocab = len(self.get_tokenizer())
             archs = json.loads((Path(kwargs["model"]) / "config.json").read_text())["architectures"]
             config = types.SimpleNamespace(
@@ -546,7 +552,12 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
                 # vLLM's `runner="auto"` picks its pooling runner for a sequence classifier
                 runner_type="pooling" if archs[0].endswith("ForSequenceClassification") else "generate",
             )
-            self.llm_engine = types.SimpleNamespace(model_config=config)
+            self.llm_engine = types.SimpleNamespace(
+                model_config=config,
+                has_unfinished_requests=lambda: bool(self.queued),
+                step=self.step,
+                abort_request=lambda ids, internal=False: self.queued.clear(),
+            )
             FakeLLM.instances.append(self)
 
         def get_tokenizer(self):
@@ -557,8 +568,19 @@ def fake_vllm(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch):
             probs = [[len(p["prompt_token_ids"]) / 10] for p in prompts]
             return [types.SimpleNamespace(outputs=types.SimpleNamespace(probs=p)) for p in probs]
 
-        def generate(self, prompts, sampling_params, use_tqdm):
+        def enqueue(self, prompts, sampling_params, use_tqdm):
             self.calls.append((prompts, sampling_params))
+            outs = self.outputs(prompts, sampling_params)
+            for out in outs:
+                out.request_id, out.finished = str(next(self.counter)), True
+            self.queued += reversed(outs)  # finished out of order: the backend sorts them by request id
+            return [f"{out.request_id}-internal" for out in outs]
+
+        def step(self):
+            done, self.queued = self.queued, []
+            return done
+
+        def outputs(self, prompts, sampling_params):
             outs = []
             for prompt, sp in zip(prompts, sampling_params):
                 if sp.logprobs and sp.max_tokens > 1:
@@ -781,9 +803,9 @@ def test_concurrent_calls_share_batches_and_keep_their_results(backend, monkeypa
     batches = []
     real = backend._generate_sync
 
-    def spy(requests):
+    def spy(requests, **kwargs):
         batches.append(len(requests))
-        return real(requests)
+        return real(requests, **kwargs)
 
     monkeypatch.setattr(backend, "_generate_sync", spy)
     calls = [[req(f"set {i} item {j}", max_tokens=4) for j in range(2)] for i in range(4)]

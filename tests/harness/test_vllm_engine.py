@@ -175,6 +175,46 @@ def test_concurrent_calls_are_merged_into_batched_engine_calls(engine) -> None:
     assert all(v[0].ok and set(v[0].logprobs) == {"Yes", "No"} for v in values)
 
 
+def test_a_cancel_aborts_the_engine_requests_after_the_step_in_flight(engine, monkeypatch) -> None:
+    """A cancel from another thread while the engine generates: the backend takes no step after the one in
+    flight, aborts the requests (the engine holds none afterwards), raises `Cancelled`, and serves the next call
+    as before."""
+    import threading
+
+    from harness.backends.local import Cancelled
+
+    short = [req("Hello, world!")]
+    before = run(engine.generate(short))[0].texts
+    llm_engine = engine._llm.llm_engine
+    real, steps = llm_engine.step, []
+    first, go = threading.Event(), threading.Event()
+
+    def step():
+        out = real()
+        steps.append(len(out))
+        if len(steps) == 1:
+            first.set()
+            assert go.wait(600), "the test never let the engine go on"
+        return out
+
+    monkeypatch.setattr(llm_engine, "step", step)
+
+    def cancel_after_the_first_step() -> None:
+        assert first.wait(600)
+        engine.cancel()
+        go.set()
+
+    canceller = threading.Thread(target=cancel_after_the_first_step)
+    canceller.start()
+    endless = [req("Tell me everything.", max_tokens=200, min_tokens=200)]  # no end-of-sequence before 200 tokens
+    with pytest.raises(Cancelled):
+        run(engine.generate(endless))
+    canceller.join()
+    assert len(steps) == 1 and not llm_engine.has_unfinished_requests()
+    monkeypatch.undo()
+    assert run(engine.generate(short))[0].texts == before
+
+
 @pytest.mark.timeout(3600)
 def test_a_fully_cached_rerun_builds_no_engine(tiny_dir: Path, tmp_path: Path) -> None:
     """`harness generate` twice in fresh processes: the second is answered by the call cache, engine unbuilt.
