@@ -14,6 +14,12 @@ values (AlpacaEval's length-controlled win rate: a GLM; Arena-Hard: a bootstrap 
 score: a weighted sum over groups) the metric's `aggregate` computes it from the records, and the weighted mean
 stays what `harness compare` resamples. `applies` restricts a metric to some records (an Arena-Hard category).
 
+Pairwise and listwise benchmarks report the score gap Δ_gap beside their accuracy (`PAIRWISE_GAP`, `LISTWISE_GAP`:
+`gap` in results.json): per item, score(preferred) - score(other) (a list: the mean of S_i - S_j over its pairs
+whose gold ranks differ, i the better), averaged over the scored items with its bootstrap interval. It is in the
+evaluator's own units (a rubric score in [0, 1]; a reward model's raw logit), so it compares runs of one evaluator
+kind, and it is not gated by `harness compare`.
+
 Adding a benchmark with a metric of its own: define the `Metric` in its module and list it in `metrics`.
 """
 
@@ -157,6 +163,17 @@ def pair_tied(r: EvalRecord) -> bool:
     return pair is not None and pair[0] == pair[1]
 
 
+def pair_gap(r: EvalRecord) -> float:
+    """score(preferred) - score(other); 0 for an unscored pair (which `scored_pairs` gives weight 0)."""
+    pair = _pair(r)
+    return 0.0 if pair is None else float(pair[0] - pair[1])
+
+
+def scored_pairs(records: Sequence[EvalRecord]) -> np.ndarray:
+    """Weight 1 for a pair with both scores, 0 for one with a side unscored (counted in n_failed, not averaged)."""
+    return np.array([float(_pair(r) is not None) for r in records])
+
+
 def top1_correct(r: EvalRecord) -> float:
     lst = _list(r)
     return float(lst is not None and metrics.top1_correct(*lst))
@@ -182,6 +199,22 @@ def checked_accuracy(description: str, *, failed: Callable[[EvalRecord], bool] =
     """The accuracy of a verifiable task (MATH-500, MMLU-Pro, CodeScope): `checked_right` per answer, no ties,
     `failed` counted in n_failed."""
     return Metric("acc", "Acc.", description, checked_right, lambda r: False, failed=failed, details=details)
+
+
+def list_gap(r: EvalRecord) -> float:
+    """The mean over the list's pairs with different gold ranks of score(better) - score(worse); 0 for an unscored
+    list (which `scored_lists` gives weight 0)."""
+    lst = _list(r)
+    if lst is None:
+        return 0.0
+    s, g = lst
+    i, j = np.nonzero(g[:, None] < g[None, :])
+    return float(np.mean(s[i] - s[j])) if len(i) else 0.0
+
+
+def scored_lists(records: Sequence[EvalRecord]) -> np.ndarray:
+    """Weight 1 for a fully scored list with a preference in it, 0 otherwise (counted in n_failed, not averaged)."""
+    return np.array([float(_list(r) is not None and len(set(r.gold_ranks)) > 1) for r in records])
 
 
 def list_ndcg(r: EvalRecord) -> float:
@@ -213,8 +246,34 @@ NDCG = Metric(
     digits=3,
     binary=False,
 )
-PAIRWISE = (PAIRWISE_ACC,)
-LISTWISE = (TOP1_ACC, NDCG)
+PAIRWISE_GAP = Metric(
+    "gap",
+    "Δ_gap",
+    "mean score gap Δ_gap: score(preferred) - score(other) over the scored pairs, in the evaluator's own units "
+    "(unscored pairs count in n_failed, not in the mean)",
+    pair_gap,
+    pair_tied,
+    scale=1.0,
+    digits=3,
+    binary=False,
+    weights=scored_pairs,
+    gated=False,
+)
+PAIRWISE = (PAIRWISE_ACC, PAIRWISE_GAP)
+LISTWISE_GAP = Metric(
+    "gap",
+    "Δ_gap",
+    "mean score gap Δ_gap: per list, the mean over its pairs of different gold rank of score(better) - "
+    "score(worse), in the evaluator's own units (unscored lists count in n_failed, not in the mean)",
+    list_gap,
+    top_tied,
+    scale=1.0,
+    digits=3,
+    binary=False,
+    weights=scored_lists,
+    gated=False,
+)
+LISTWISE = (TOP1_ACC, NDCG, LISTWISE_GAP)
 
 
 def headline(benchmark: Any) -> Metric:

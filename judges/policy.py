@@ -34,7 +34,6 @@ could not give after its re-ask is a final PARSE failure: counted, never dropped
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,25 +41,7 @@ from typing import Any
 from benchmarks.base import PolicyItem
 from harness.backends.base import Backend
 from harness.errors import ConfigError, Failure
-
-_OPEN, _CLOSE = "<think>", "</think>"
-_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
-
-
-def strip_thinking(text: str) -> str:
-    """The answer a judge sees: `text` without its reasoning.
-
-    Every `<think>...</think>` block goes; text before a `</think>` without an opening tag goes too (chat
-    templates that open the block in the prompt, as Qwen3's); an opening tag never closed (the budget ran out
-    while reasoning) cuts the rest, so the judge sees whatever came before it, usually nothing. Surrounding
-    whitespace is stripped.
-    """
-    text = _BLOCK.sub("", text)
-    if _CLOSE in text:
-        text = text[text.rfind(_CLOSE) + len(_CLOSE):]
-    if _OPEN in text:
-        text = text[: text.find(_OPEN)]
-    return text.strip()
+from judges.thinking import strip_thinking as strip_thinking  # the one stripping rule, shared with training
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,14 @@ policy `P_{r-1}` trained on `G_r`'s rubric scores. With R = 2: G0 -> G1 (on P0's
 P1's sets) -> P2 (with G2). Figure 2's stale controls (`stale_controls: true`), from round 2 on: `G_r~` = `G_{r-1}`
 trained on the sets of `P_{r-2}` (the policy it already saw: G1 -> G2~ on P0), and `P_r~` = `P_{r-1}` trained with
 `G_{r-1}` (the generator that did not co-evolve: P1 -> P2~ with G1). Table 3's ablations are the generator's
-`objective` (`disc`, `anchor`).
+`objective` (`disc`, `anchor`). Each generator stage samples its response sets with a seed of its own
+(`stage_sets_seed`: the run seed and the stage's name), so G2~ rates a fresh sample of P0's responses, not a second
+epoch of G1's sets.
+
+Each stage's entry in `coevolve.json` carries its score gap Δ_gap (`gap`): a generator stage's mean, over its last
+held-out evaluation (else its last training step), of the better-ranked Nectar anchor's score minus the
+worse-ranked one's under its rubrics (`training.rewards.anchor_gap`); the paper's Theorem 1 ties co-evolution to
+keeping it open. A policy stage has no preference to measure it on (null).
 
 Every stage is one `training.job.train` job with its own output dir (`G1`, `P1`, `G2`, `P2`, `G2-stale`,
 `P2-stale` under `output_dir`), and `coevolve.json` lists them with their parents, so a table config can point rows
@@ -53,7 +60,8 @@ class CoevolveConfig(BaseModel):
     output_dir: Path
     rounds: int = Field(2, ge=1)
     stale_controls: bool = False
-    verify_mode: VerifyMode = "logprob"
+    verify_mode: VerifyMode = "per_item"
+    """`per_item`: the paper's binary verdicts; `logprob`: P(yes), thresholded at 0.5 for R_disc."""
     structured: bool = True
     lam: float = Field(1.0, ge=0)
     objective: Objective = "both"
@@ -102,6 +110,13 @@ def plan(config: CoevolveConfig) -> list[dict[str, str]]:
     return stages
 
 
+def stage_sets_seed(config: CoevolveConfig, stage: dict[str, str]) -> int:
+    """The seed a generator stage samples its response sets with: the run seed and the stage's name."""
+    from harness.seeds import derive_seed
+
+    return derive_seed(config.generator_grpo.seed, "sets", stage["name"])
+
+
 def stage_config(config: CoevolveConfig, stage: dict[str, str], specs: dict[str, str], target: Path
                  ) -> TrainConfig:
     """The `TrainConfig` of one stage of `plan`; `specs` maps earlier stages' names to their model specs.
@@ -115,7 +130,8 @@ def stage_config(config: CoevolveConfig, stage: dict[str, str], specs: dict[str,
     try:
         if stage["kind"] == "generator":
             sets = SetSampling(policy=specs[stage["sets_from"]], set_size=config.set_size,
-                               temperature=config.set_temperature, max_tokens=config.set_max_tokens)
+                               temperature=config.set_temperature, max_tokens=config.set_max_tokens,
+                               seed=stage_sets_seed(config, stage))
             return TrainConfig(**common, lam=config.lam, objective=config.objective, grpo=config.generator_grpo,
                                data=config.data.model_copy(update={"sets": sets}))
         return TrainConfig(**common, generator=specs[stage["generator"]], gen_max_tokens=config.gen_max_tokens,
@@ -189,7 +205,8 @@ def coevolve(config: CoevolveConfig, *, overwrite: bool = False,
         manifest = checkpoint.read(job.config.output_dir) if kept else run(job, overwrite=job.binding.state == "other")
         done.append({**stage, "checkpoint": str(job.config.output_dir), "spec": f"hf:{job.config.output_dir}",
                      "status": "kept" if kept else "trained", "settings": checkpoint.digest(job.settings),
-                     "parents": {k: job.parents[_ROLE[k]]["spec"] for k in stage if k in _ROLE}})
+                     "parents": {k: job.parents[_ROLE[k]]["spec"] for k in stage if k in _ROLE},
+                     "gap": stage_gap(job.config.output_dir) if stage["kind"] == "generator" else None})
         if report is not None and current().main:
             history = manifest.get("reward_history") or [{}]
             report({**done[-1], "reward": history[-1]})
@@ -203,6 +220,22 @@ def coevolve(config: CoevolveConfig, *, overwrite: bool = False,
     return manifest
 
 
+def stage_gap(output_dir: Path) -> float | None:
+    """A generator stage's Δ_gap on the anchors: its last held-out `eval_dr/gap` in `train_log.jsonl`, else its
+    last training `dr/gap`; None where neither was logged."""
+    import json
+
+    log = Path(output_dir) / "train_log.jsonl"
+    if not log.is_file():
+        return None
+    held = trained = None
+    for line in log.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        held = entry.get("eval_dr/gap", held)
+        trained = entry.get("dr/gap", trained)
+    return held if held is not None else trained
+
+
 def stage_line(entry: Mapping[str, Any]) -> str:
     """One stage of `coevolve` in words: what it trained, from what, where it is, and its last reward stats."""
     parents = entry["parents"]
@@ -213,5 +246,7 @@ def stage_line(entry: Mapping[str, Any]) -> str:
     reward = entry.get("reward") or {}
     shown = ", ".join(f"{k} {reward[k]:.4g}" for k in ("reward_mean", "disc_mean", "anchor_mean", "parse_rate")
                       if isinstance(reward.get(k), float))
+    if isinstance(entry.get("gap"), float):
+        shown += (", " if shown else "") + f"gap {entry['gap']:.4g}"
     return (f"{entry['name']:<10} {entry['status']:<7} {what} -> {entry['checkpoint']}"
             + (f" ({shown})" if shown else ""))

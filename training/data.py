@@ -2,34 +2,42 @@
 
 Every rule is a named predicate over one Nectar row (`NectarRow`) that says why the row is dropped, or None to keep
 it; its thresholds are fields of the rule set (`GeneratorRules`, `PolicyRules`) so a config can change or switch
-off each one, and `filter_rows` counts the drops per rule (the first rule that drops a row gets it) for the log.
-Rows from LMSYS-Chat-1M are never training data: they are the held-out listwise benchmark (`nectar_lmsys`); that
-rule (`lmsys_heldout`) cannot be switched off.
+off each one, and `filter_rows` counts the drops per rule (the first rule that drops a row gets it) for the log,
+the manifest and `harness train ... --dry-run`. Rows from LMSYS-Chat-1M are never training data: they are the
+held-out listwise benchmark (`nectar_lmsys`); that rule (`lmsys_heldout`) cannot be switched off. What a response
+*is* (broken, a plain refusal, a refusal with a helpful alternative, greeting-only, clarification-only,
+boilerplate, repetitive) is decided in `training.responses`, whose tests are ours.
 
-The paper names the rules; the thresholds below are ours where it gives none, each stated with its rule:
+**The paper's numbers** (the defaults):
 
 B.1, generator sets (a prompt with its 7 GPT-4-ranked responses, the anchor of `anchor_reward`):
-- `ranked`: the responses carry GPT-4's ranks (always on: the anchor reward needs them).
 - `min_responses`: at least 7 responses.
-- `min_prompt_chars`: the prompt is over 50 characters; `min_top_chars`: the rank-1 response is too.
-- `repetitive`: at most `max_repetitive` (1) responses are repetitive: of a response's word 3-grams (responses of
-  at least 30 words), fewer than `min_unique_trigrams` (0.5) distinct.
-- `degenerate`: no response is degenerate: under `min_response_chars` (5) characters once stripped, or under
-  `min_alnum_share` (0.5) letters and digits among its non-space characters.
-- `useful`: at least `min_useful` (4) responses are useful: at least `min_useful_chars` (50) characters, neither
-  degenerate nor boilerplate.
-- `boilerplate`: at most `max_boilerplate` (2) responses are boilerplate: they open with a refusal or an
-  AI-disclaimer phrase (`BOILERPLATE_OPENINGS`) within their first 100 characters.
+- `min_prompt_chars` / `min_top_chars`: the prompt, and the rank-1 response, over 50 characters.
+- `repetitive`: any repetitive response discards the set (`max_repetitive: 0`).
+- `degenerate`: 4 or more degenerate responses discard it (`max_degenerate: 3`); degenerate is broken text, a
+  plain refusal, a greeting-only or a clarification-only reply.
+- `boilerplate`: 4 or more boilerplate responses discard it (`max_boilerplate: 3`). A refusal with a helpful
+  alternative is useful, not boilerplate.
 
 B.2, policy prompts:
-- `min_prompt_chars`: over 50 characters, except the short-prompt exemption: a shorter prompt is kept when its
-  rank-1 response has at least `short_prompt_top_chars` (200) characters (a short question that asks for
-  substance, e.g. "What causes inflation?").
-- `max_turns`: at most `max_turns` (None: any) human turns.
-- `max_prompt_chars` (both rule sets; ours, off by default): drop prompts longer than this (the CPU smoke configs).
-- `max_response_chars` (generator sets; ours, off by default): drop rows with a response longer than this (the CPU
-  configs: every anchor is verified against every rubric item).
-- `duplicate`: each rendered prompt once (the first row wins).
+- `min_responses`: at least 7 associated responses.
+- `min_top_chars`: the rank-1 response over 50 characters; `top_response`: it is not broken, repetitive, a
+  plain refusal, or a greeting or clarification only.
+- `min_prompt_chars`: the prompt over 50 characters, except for sources whose prompts are filtered upstream
+  (`short_prompt_sources`).
+
+**Ours**, each stated with its rule:
+- `ranked` (both): the responses carry GPT-4's ranks; the anchor reward and B.2's top-ranked rules need them.
+- `useful` (B.1): at least `min_useful` (4) responses are useful: at least `min_useful_chars` (50) characters,
+  neither degenerate, boilerplate nor repetitive (a refusal with a helpful alternative is useful).
+- The response tests' own thresholds (`min_unique_trigrams` 0.5, `min_alnum_share` 0.3,
+  `min_alternative_chars` 40, `max_clarification_chars` 400: `training.responses`).
+- `short_prompt_sources` (B.2): which sources the paper's exemption names is not stated in our sources; ours are
+  the sources Nectar took from UltraFeedback's curated pools (`UPSTREAM_FILTERED`), not the raw chat logs
+  (`anthropic-hh`, `sharegpt`, `lmsys-chat-1m`). A row without a `source` gets no exemption.
+- `max_turns` (B.2, off), `duplicate` (B.2, on): each rendered prompt once (the first row wins).
+- `max_prompt_chars` (both, off) and `max_response_chars` (B.1, off): length caps for small CPU runs (every anchor
+  is verified against every rubric item).
 
 Response sets for the generator are sampled from the current policy (`sample_sets`) with the harness's own
 generation (`harness.generation`, any backend, cached and resumable) and stored with the policy's identity.
@@ -39,7 +47,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -49,15 +56,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import ConfigError
+from training.responses import DEGENERATE, Kind
 
 LMSYS_SOURCE = "lmsys-chat-1m"
-BOILERPLATE_OPENINGS = (
-    "as an ai", "as a language model", "as an artificial intelligence", "i'm sorry, but i can", "i am sorry, but i can",
-    "i'm sorry, i can", "i cannot fulfill", "i can't fulfill", "i cannot help with", "i can't help with",
-    "i'm not able to", "i am not able to", "i cannot assist", "i can't assist", "i apologize, but",
-)
-"""Openings of refusals and AI disclaimers (matched case-insensitively in a response's first 100 characters)."""
-_WORD = re.compile(r"\w+")
+UPSTREAM_FILTERED = ("evol_instruct", "false_qa", "flan_v2_cot", "flan_v2_flan2021", "flan_v2_niv2", "flan_v2_p3",
+                     "truthful_qa", "ultrachat")
+"""Nectar sources whose prompts were filtered upstream (UltraFeedback's curated pools): B.2's short-prompt
+exemption (our reading of the paper's rule; see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,58 +137,60 @@ def read_nectar(path: Path) -> Iterator[NectarRow]:
         yield row_from_nectar(row, index, where)
 
 
-# --- response properties ---
-
-
-def is_repetitive(text: str, min_unique: float, min_words: int = 30) -> bool:
-    """Fewer than `min_unique` of the response's word 3-grams are distinct (responses of >= `min_words` words)."""
-    words = _WORD.findall(text.lower())
-    if len(words) < min_words:
-        return False
-    grams = list(zip(words, words[1:], words[2:]))
-    return len(set(grams)) / len(grams) < min_unique
-
-
-def is_degenerate(text: str, min_chars: int, min_alnum_share: float) -> bool:
-    """Too short once stripped, or mostly punctuation and symbols."""
-    stripped = text.strip()
-    if len(stripped) < min_chars:
-        return True
-    visible = [c for c in stripped if not c.isspace()]
-    return sum(c.isalnum() for c in visible) / len(visible) < min_alnum_share
-
-
-def is_boilerplate(text: str) -> bool:
-    """Opens with a refusal or an AI disclaimer (`BOILERPLATE_OPENINGS`) within its first 100 characters."""
-    head = text.strip()[:100].lower().replace("\u2019", "'")
-    return any(phrase in head for phrase in BOILERPLATE_OPENINGS)
-
-
 # --- rule sets ---
 
 Rule = Callable[[NectarRow], "str | None"]
 
 
-class GeneratorRules(BaseModel):
-    """Appendix B.1's rules for generator sets; None switches a rule off (see the module docstring)."""
+class ResponseTests(BaseModel):
+    """The thresholds of `training.responses`' tests (ours; see its docstring)."""
 
     model_config = ConfigDict(extra="forbid")
 
+    min_unique_trigrams: float = Field(0.5, gt=0, le=1)
+    """Repetitive: fewer distinct word 3-grams than this share."""
+    min_alnum_share: float = Field(0.3, ge=0, le=1)
+    """Broken: fewer letters and digits than this share of the visible characters."""
+    min_alternative_chars: int = Field(40, ge=0)
+    """A refusal's (or a disclaimer's) helpful alternative: at least this many characters."""
+    max_clarification_chars: int = Field(400, ge=1)
+    """Clarification-only: at most this many characters."""
+
+    def kind(self, text: str) -> Kind:
+        from training.responses import classify
+
+        return classify(text, min_alnum_share=self.min_alnum_share, min_alternative_chars=self.min_alternative_chars,
+                        max_clarification_chars=self.max_clarification_chars)
+
+    def repetitive(self, text: str) -> bool:
+        from training.responses import is_repetitive
+
+        return is_repetitive(text, self.min_unique_trigrams)
+
+
+class GeneratorRules(ResponseTests):
+    """Appendix B.1's rules for generator sets; None switches a rule off (see the module docstring)."""
+
     min_responses: int | None = Field(7, ge=2)
+    """The paper: at least 7 responses."""
     min_prompt_chars: int | None = Field(50, ge=0)
+    """The paper: a prompt over 50 characters."""
     max_prompt_chars: int | None = Field(None, ge=1)
     """Ours, off by default: drop longer prompts (small CPU runs)."""
     max_response_chars: int | None = Field(None, ge=1)
     """Ours, off by default: drop rows with a longer response (small CPU runs)."""
     min_top_chars: int | None = Field(50, ge=0)
-    max_repetitive: int | None = Field(1, ge=0)
-    min_unique_trigrams: float = Field(0.5, gt=0, le=1)
-    max_degenerate: int | None = Field(0, ge=0)
-    min_response_chars: int = Field(5, ge=0)
-    min_alnum_share: float = Field(0.5, ge=0, le=1)
+    """The paper: a rank-1 response over 50 characters."""
+    max_repetitive: int | None = Field(0, ge=0)
+    """The paper: any repetitive response discards the set."""
+    max_degenerate: int | None = Field(3, ge=0)
+    """The paper: 4 or more degenerate responses discard the set."""
+    max_boilerplate: int | None = Field(3, ge=0)
+    """The paper: 4 or more boilerplate responses discard the set."""
     min_useful: int | None = Field(4, ge=0)
+    """Ours: at least this many useful responses."""
     min_useful_chars: int = Field(50, ge=0)
-    max_boilerplate: int | None = Field(2, ge=0)
+    """Ours: a useful response's least length."""
 
     def rules(self) -> dict[str, Rule]:
         """Rule name -> predicate, in the order they are applied (LMSYS first, always on)."""
@@ -191,7 +198,7 @@ class GeneratorRules(BaseModel):
         if self.min_responses is not None:
             out["min_responses"] = partial(_at_least_responses, most=self.min_responses)
         if self.min_prompt_chars is not None:
-            out["min_prompt_chars"] = partial(_long_prompt, chars=self.min_prompt_chars, exempt=None)
+            out["min_prompt_chars"] = partial(_long_prompt, chars=self.min_prompt_chars, exempt=())
         if self.max_prompt_chars is not None:
             out["max_prompt_chars"] = partial(_short_prompt, chars=self.max_prompt_chars)
         if self.max_response_chars is not None:
@@ -199,51 +206,67 @@ class GeneratorRules(BaseModel):
         if self.min_top_chars is not None:
             out["min_top_chars"] = partial(_long_top, chars=self.min_top_chars)
         if self.max_repetitive is not None:
-            out["repetitive"] = _count_rule("repetitive", self.max_repetitive,
-                                            lambda t: is_repetitive(t, self.min_unique_trigrams))
+            out["repetitive"] = _count_rule("repetitive", self.max_repetitive, self.repetitive)
         if self.max_degenerate is not None:
-            out["degenerate"] = _count_rule("degenerate", self.max_degenerate, self._degenerate)
+            out["degenerate"] = _count_rule("degenerate", self.max_degenerate, lambda t: self.kind(t) in DEGENERATE)
+        if self.max_boilerplate is not None:
+            out["boilerplate"] = _count_rule("boilerplate", self.max_boilerplate,
+                                             lambda t: self.kind(t) is Kind.BOILERPLATE)
         if self.min_useful is not None:
             need = self.min_useful
 
             def useful(r: NectarRow) -> str | None:
-                n = sum(self._useful(t) for t in r.responses)
+                n = sum(self.useful(t) for t in r.responses)
                 return f"{n} useful responses < {need}" if n < need else None
 
             out["useful"] = useful
-        if self.max_boilerplate is not None:
-            out["boilerplate"] = _count_rule("boilerplate", self.max_boilerplate, is_boilerplate)
         return out
 
-    def _degenerate(self, text: str) -> bool:
-        return is_degenerate(text, self.min_response_chars, self.min_alnum_share)
+    def useful(self, text: str) -> bool:
+        """At least `min_useful_chars` characters, neither degenerate, boilerplate nor repetitive."""
+        return (len(text.strip()) >= self.min_useful_chars and self.kind(text) is Kind.OK
+                and not self.repetitive(text))
 
-    def _useful(self, text: str) -> bool:
-        return len(text.strip()) >= self.min_useful_chars and not self._degenerate(text) and not is_boilerplate(text)
 
-
-class PolicyRules(BaseModel):
+class PolicyRules(ResponseTests):
     """Appendix B.2's rules for policy prompts; None switches a rule off (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid")
-
+    min_responses: int | None = Field(7, ge=2)
+    """The paper: at least 7 associated responses."""
     min_prompt_chars: int | None = Field(50, ge=0)
-    short_prompt_top_chars: int | None = Field(200, ge=0)
-    """The short-prompt exemption (None: no exemption)."""
+    """The paper: a prompt over 50 characters, unless its source is in `short_prompt_sources`."""
+    short_prompt_sources: tuple[str, ...] = UPSTREAM_FILTERED
+    """The paper's exemption: sources whose prompts are filtered upstream (which ones is ours; () for none)."""
     max_prompt_chars: int | None = Field(None, ge=1)
     """Ours, off by default: drop longer prompts (small CPU runs)."""
     max_turns: int | None = Field(None, ge=1)
+    """Ours, off by default: at most this many human turns."""
+    min_top_chars: int | None = Field(50, ge=0)
+    """The paper: a rank-1 response over 50 characters."""
+    top_response: bool = True
+    """The paper: the rank-1 response is not broken, repetitive, a plain refusal, or a greeting or clarification
+    only."""
     duplicate: bool = True
+    """Ours: each rendered prompt once."""
 
     def rules(self) -> dict[str, Rule]:
+        """Rule name -> predicate, in the order they are applied (LMSYS first, always on)."""
         out: dict[str, Rule] = {"lmsys_heldout": _lmsys}
+        if self.min_responses is not None:
+            out["min_responses"] = partial(_at_least_responses, most=self.min_responses)
         if self.min_prompt_chars is not None:
             out["min_prompt_chars"] = partial(_long_prompt, chars=self.min_prompt_chars,
-                                              exempt=self.short_prompt_top_chars)
+                                              exempt=tuple(self.short_prompt_sources))
         if self.max_prompt_chars is not None:
             out["max_prompt_chars"] = partial(_short_prompt, chars=self.max_prompt_chars)
         if self.max_turns is not None:
             out["max_turns"] = partial(_few_turns, most=self.max_turns)
+        if self.min_top_chars is not None or self.top_response:
+            out["ranked"] = _ranked
+        if self.min_top_chars is not None:
+            out["min_top_chars"] = partial(_long_top, chars=self.min_top_chars)
+        if self.top_response:
+            out["top_response"] = self._top_response
         if self.duplicate:
             seen: set[str] = set()
 
@@ -257,17 +280,25 @@ class PolicyRules(BaseModel):
             out["duplicate"] = duplicate
         return out
 
+    def _top_response(self, r: NectarRow) -> str | None:
+        top = r.responses[0] if r.responses else ""
+        if self.repetitive(top):
+            return "the top response is repetitive"
+        kind = self.kind(top)
+        return f"the top response is {_SAID[kind]}" if kind in DEGENERATE else None
+
+
+_SAID = {Kind.BROKEN: "broken", Kind.GREETING_ONLY: "a greeting only", Kind.CLARIFICATION_ONLY:
+         "a clarification request only", Kind.PLAIN_REFUSAL: "a plain refusal"}
+
 
 def _at_least_responses(r: NectarRow, *, most: int) -> str | None:
     return f"{len(r.responses)} responses < {most}" if len(r.responses) < most else None
 
 
-def _long_prompt(r: NectarRow, *, chars: int, exempt: int | None) -> str | None:
-    """Over `chars` characters, or (the short-prompt exemption, when `exempt` is set) a rank-1 response of at
-    least `exempt` characters."""
-    if len(r.prompt) > chars:
-        return None
-    if exempt is not None and r.responses and len(r.responses[0].strip()) >= exempt:
+def _long_prompt(r: NectarRow, *, chars: int, exempt: tuple[str, ...]) -> str | None:
+    """Over `chars` characters, or (the short-prompt exemption) from a source in `exempt`."""
+    if len(r.prompt) > chars or any(s in exempt for s in r.sources):
         return None
     return f"prompt of {len(r.prompt)} chars <= {chars}"
 
@@ -291,7 +322,7 @@ def _few_turns(r: NectarRow, *, most: int) -> str | None:
 
 
 def _ranked(r: NectarRow) -> str | None:
-    return None if r.ranked else "the responses carry no rank (an anchor needs GPT-4's ranking)"
+    return None if r.ranked else "the responses carry no rank (the anchor and the top-ranked rules need GPT-4's)"
 
 
 def _lmsys(r: NectarRow) -> str | None:

@@ -13,6 +13,11 @@ held-out evaluation and resuming.
   strict: a tie is wrong), for the policy the mean rubric score under the frozen generator (`eval_dr/reward_mean`).
 - **The processes agree.** After the last step every process hashes its weights (`weights_digest`) and the main
   process records them by rank in the manifest (`processes.weights`): DDP keeps them equal.
+- **Length.** `grpo.epochs` passes over the rows become TRL's `max_steps` here, from the rows, the group size,
+  the accumulation and the number of processes of this launch (`training.grpo.plan_steps`); `Fitted.steps` says
+  how much of the data the run covers (with `grpo.max_steps` too).
+- **The reward's advantage.** TRL scales the reward as the reward says the paper does (its `scale_rewards`: the
+  generator's by nothing more, the policy's by its group's std) unless `grpo.scale_rewards` overrides it.
 - **Resuming.** With `save_steps`, TRL writes `checkpoint-N` dirs (weights, optimizer, scheduler, each rank's random
   state, the trainer state); an unfinished job resumes from the latest complete one (`resume_from_checkpoint`:
   TRL skips the batches already trained, so the data order is the same), keeping the log lines up to it.
@@ -28,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from training.grpo import GRPOSettings, TrainConfig, grpo_config, model_path
+from training.grpo import GRPOSettings, Steps, TrainConfig, grpo_config, model_path, plan_steps, with_steps
 
 LOG = "train_log.jsonl"
 
@@ -42,24 +47,46 @@ class Fitted:
     weights: tuple[str, ...] | None
     """Each process's digest of its trained weights after the last step, by rank (DDP keeps them equal); None
     where the processes hold shards (DeepSpeed, FSDP)."""
+    steps: Steps
+    """How long it trained and how much of the data that covered."""
 
 
 def make_reward(kind: str, config: TrainConfig, pool: Any) -> Any:
-    """The TRL reward function of a generator or policy job, its frozen models from `pool`."""
+    """The TRL reward function of a generator or policy job, its frozen models from `pool`: the generator's
+    `GeneratorReward`; the policy's `PolicyReward` over the evaluator `policy_reward_spec` names (RaR's static
+    rubric seeded per row: one rubric per prompt, reused every epoch).
+
+    Raises:
+        ConfigError: for an evaluator spec the registry refuses.
+    """
+    from judges import load_evaluator
+    from judges.base import parse_evaluator_spec
     from training.rewards import GeneratorReward, PolicyReward
 
     g = config.grpo.num_generations
     if kind == "generator":
         return GeneratorReward(pool.get(config.verifier), group_size=g, lam=config.lam, objective=config.objective,
                                mode=config.verify_mode, structured=config.structured)
-    from judges.dynamic import RubricEvaluator
+    spec = policy_reward_spec(config)
+    evaluator = load_evaluator(spec, pool)
+    static = parse_evaluator_spec(spec)[0] == "static-rubric"
+    return PolicyReward(evaluator, group_size=g, seed=config.grpo.seed, per_row=static)
 
-    evaluator = RubricEvaluator(
-        f"dynamic-rubric:generator={config.generator},verifier={config.verifier},mode={config.verify_mode}",
-        generator=pool.get(config.generator), verifier=pool.get(config.verifier), dynamic=True,
-        mode=config.verify_mode, gen_max_tokens=config.gen_max_tokens, structured=config.structured,
-    )
-    return PolicyReward(evaluator, group_size=g, seed=config.grpo.seed)
+
+def policy_reward_spec(config: TrainConfig) -> str:
+    """The evaluator spec of a policy job's reward: `reward`, or the dynamic rubric of `generator` and `verifier`.
+
+    Raises:
+        ConfigError: when neither names one.
+    """
+    if config.reward is not None:
+        return config.reward
+    if config.generator is None or config.verifier is None:
+        raise ConfigError("policy training needs a reward: `reward: EVALUATOR-SPEC`, or the dynamic rubric's "
+                          "`generator` and `verifier`")
+    structured = "true" if config.structured else "false"
+    return (f"dynamic-rubric:generator={config.generator},verifier={config.verifier},mode={config.verify_mode},"
+            f"gen_max_tokens={config.gen_max_tokens},structured={structured}")
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -127,6 +154,8 @@ def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], rewar
     from training.ranks import current
     from training.trainer import DRGRPOTrainer
 
+    steps = plan_steps(settings, rows=len(dataset), processes=current().world)
+    settings = with_steps(settings, steps)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     log = out / LOG
@@ -134,7 +163,8 @@ def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], rewar
     if current().main:
         _keep_log_until(log, _step_of(checkpoint))
     evaluate = bool(heldout) and eval_every is not None
-    args = grpo_config(settings, out, rollouts=rollouts, eval_every=eval_every if evaluate else None)
+    args = grpo_config(settings, out, rollouts=rollouts, eval_every=eval_every if evaluate else None,
+                       scale_rewards=getattr(reward, "scale_rewards", "group"))
     if checkpoint is not None:
         args.eval_on_start = False  # the resumed step was evaluated before the interruption
     # TRL warns with the whole row for every completion no reward could score; the reward counts those itself
@@ -152,7 +182,7 @@ def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], rewar
     trainer.save_model(str(out))
     if trainer.args.should_save:
         trainer.processing_class.save_pretrained(str(out))
-    return Fitted(log, _weights_by_rank(trainer))
+    return Fitted(log, _weights_by_rank(trainer), steps)
 
 
 def weights_digest(model: Any) -> str:

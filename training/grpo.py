@@ -12,13 +12,30 @@ own checks included, the data file, the models' identities, the output dir's bin
    the policy's identity), the other ranks read it, and each row becomes the DR-Generator's prompt over its set
    (`judges.dynamic.dynamic_generator_prompt`, responses in a seeded order);
 3. trains with `training.trainer.DRGRPOTrainer` (TRL's `GRPOTrainer`, the generator's rollouts under the rubric
-   grammar: `training.rollouts`) and the reward of `training.rewards` (`scale_rewards="none"`: the generator's
-   reward already is the paper's advantage; for the policy TRL centres each group's rubric scores), evaluating
-   the held-out split at step 0 and every `eval_every` steps (`training.fit`);
+   grammar: `training.rollouts`) and the reward of `training.rewards`, evaluating the held-out split at step 0
+   and every `eval_every` steps (`training.fit`), for `grpo.epochs` passes over the rows (`plan_steps`: the
+   steps follow from the rows, the group size, the accumulation and the processes at launch) or `grpo.max_steps`;
 4. saves the model and tokenizer into `output_dir` (so `hf:DIR` and `vllm:DIR` load it), `train_log.jsonl`
    (TRL's per-step metrics with the reward's own), TensorBoard events (`runs/`), `training_curves.png` and
    `dr_manifest.json` (the settings it is bound to, kind, parents with their identities, the data fingerprint,
    the filter counts, the resolved config, versions, status).
+
+**GRPO's advantage** is the paper's by default (`grpo.scale_rewards: null`): for the policy the rubric score
+centred and divided by its group's standard deviation (TRL's `scale_rewards="group"`, GRPO as Shao et al. define it
+and the paper cites it); for the generator its reward already is the advantage (`z(disc) + lambda * z(anchor)`,
+each component standardised in its group), so TRL scales it by nothing more (`"none"`). Setting `scale_rewards`
+(`group`, `batch`, `none`) overrides this for either trainer: a deviation from the paper (`"none"` is Dr. GRPO's
+choice; `"batch"` the PPO-Lite one).
+
+**Verification** is `per_item` by default, as the evaluation tables verify: binary verdicts, the paper's `R_disc`.
+`verify_mode: logprob` reads P(yes) instead (K requests per rubric instead of M x K); `R_disc` then takes each
+P(yes) thresholded at 0.5 (`training.rewards`).
+
+**Thinking** never reaches a frozen model: the response sets (`read_sets`) and the policy's completions
+(`training.rewards.PolicyReward`) lose their `<think>` blocks (`judges.thinking.strip_thinking`, the policy tables'
+rule) before the generator, the verifier or a reward model reads them. A chat template's thinking is switched
+off in TRL's rollouts by `grpo.extra: {chat_template_kwargs: {enable_thinking: false}}` (the paper-scale Qwen3
+configs set it: their budgets are tight for a reasoning trace).
 
 Defaults are TRL's unless a field says otherwise; the paper gives no hyper-parameters we could check offline, so the
 paper-scale configs under `training/configs/` are ours and say so.
@@ -28,10 +45,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.config import DevicesConfig
 from harness.errors import ConfigError
@@ -60,7 +79,13 @@ class GRPOSettings(BaseModel):
     gradient_accumulation_steps: int = Field(1, ge=1)
     learning_rate: float = Field(1e-6, ge=0)
     """0 makes a control run: every step is taken and nothing moves (`--control`)."""
-    max_steps: int = Field(100, ge=1)
+    epochs: float | None = Field(None, gt=0)
+    """Passes over the training rows; the steps follow at launch (`plan_steps`). Unset with `max_steps` unset: 1."""
+    max_steps: int | None = Field(None, ge=1)
+    """Optimizer steps, instead of `epochs` (the launch logs how much of the data they cover)."""
+    scale_rewards: Literal["group", "batch", "none"] | None = None
+    """None: the paper's advantage (the policy's reward scaled by its group's std, the generator's by nothing
+    more; see the module docstring). Any value is TRL's `scale_rewards` for either trainer: a deviation."""
     beta: float = Field(0.0, ge=0)
     """KL weight (TRL's default 0: no reference model)."""
     loss_type: LossType = "dapo"
@@ -83,6 +108,60 @@ class GRPOSettings(BaseModel):
     seed: int = 0
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _one_length(self) -> GRPOSettings:
+        if self.epochs is not None and self.max_steps is not None:
+            raise ValueError("set epochs or max_steps, not both")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """How long a job trains, and how much of its data that covers."""
+
+    rows: int
+    """Training rows (prompts)."""
+    processes: int
+    prompts_per_step: float
+    """Prompts one optimizer step consumes over all processes: per-device batch x processes x accumulation /
+    completions per prompt (divided by TRL's `num_iterations` reuses of a generation)."""
+    max_steps: int
+    epochs: float
+    """Passes over the rows these steps make."""
+
+    def line(self, settings: GRPOSettings) -> str:
+        """The arithmetic in words, for the log and `--dry-run`."""
+        return (f"{self.max_steps} steps x {self.prompts_per_step:g} prompts per step "
+                f"({settings.per_device_train_batch_size} completions per process x {self.processes} processes x "
+                f"{settings.gradient_accumulation_steps} accumulation / {settings.num_generations} per prompt) = "
+                f"{self.epochs:.3g} epochs of {self.rows} rows")
+
+
+def plan_steps(settings: GRPOSettings, *, rows: int, processes: int) -> Steps:
+    """The steps of `settings.epochs` passes over `rows` with `processes` training processes (TRL's sampler: each
+    optimizer step takes `per_device_train_batch_size * processes * gradient_accumulation_steps` completions,
+    `num_generations` per prompt, and each generation serves `num_iterations` steps), or `settings.max_steps` and
+    the passes they make.
+
+    Raises:
+        ConfigError: for no rows.
+    """
+    if rows < 1:
+        raise ConfigError("no training rows")
+    reuse = int(settings.extra.get("num_iterations", 1))
+    per_step = (settings.per_device_train_batch_size * processes * settings.gradient_accumulation_steps
+                / settings.num_generations / reuse)
+    if settings.max_steps is not None:
+        steps = settings.max_steps
+    else:
+        steps = max(1, math.ceil((settings.epochs or 1.0) * rows / per_step - 1e-9))
+    return Steps(rows, processes, per_step, steps, steps * per_step / rows)
+
+
+def with_steps(settings: GRPOSettings, steps: Steps) -> GRPOSettings:
+    """`settings` training for `steps.max_steps` (what TRL runs)."""
+    return settings.model_copy(update={"max_steps": steps.max_steps, "epochs": None})
+
 
 class SetSampling(BaseModel):
     """How the generator's response sets are sampled from the current policy."""
@@ -94,6 +173,9 @@ class SetSampling(BaseModel):
     set_size: int = Field(4, ge=2)
     temperature: float = Field(1.0, ge=0)
     max_tokens: int = Field(512, ge=1)
+    seed: int | None = None
+    """The sampling's run seed (each prompt's derives from it); None: `grpo.seed`. Two jobs that rate the same
+    policy's sets with different seeds rate fresh samples (`coevolve`'s stages do)."""
 
 
 class DataConfig(BaseModel):
@@ -123,11 +205,16 @@ class TrainConfig(BaseModel):
     model: str
     """What to train: an alias (`smollm2-135m`), `hf:DIR`, a checkpoint dir or a Hub id."""
     output_dir: Path
-    verifier: str
-    """The frozen DR-Verifier's model spec."""
+    verifier: str | None = None
+    """The frozen DR-Verifier's model spec (the generator's reward; the policy's default dynamic rubric)."""
     generator: str | None = None
-    """Policy training: the frozen DR-Generator's model spec."""
-    verify_mode: VerifyMode = "logprob"
+    """Policy training: the frozen DR-Generator's model spec (the default dynamic rubric)."""
+    reward: str | None = None
+    """Policy training: any registered evaluator as the reward, by its spec (`harness list evaluators`):
+    `scalar-rm:model=SPEC[,with_responses=true]`, `static-rubric:generator=SPEC,verifier=SPEC`,
+    `dynamic-rubric:...`. None: the dynamic rubric of `generator`, `verifier`, `verify_mode`, `gen_max_tokens`."""
+    verify_mode: VerifyMode = "per_item"
+    """`per_item`: the paper's binary verdicts; `logprob`: P(yes), thresholded at 0.5 for R_disc."""
     structured: bool = True
     lam: float = Field(1.0, ge=0)
     """Generator: the anchor advantage's weight (the paper's lambda)."""
@@ -147,6 +234,17 @@ class TrainConfig(BaseModel):
     devices: DevicesConfig | None = None
     """The GPUs each training process gets one of (`harness.plan`): the job is checked to fit one before anything
     loads; None: what nvidia-smi lists (none on a CPU machine: not checked)."""
+
+
+    @model_validator(mode="after")
+    def _reward_named_once(self) -> TrainConfig:
+        if self.reward is not None:
+            given = sorted(k for k in {"generator", "verifier", "verify_mode", "gen_max_tokens"} & self.model_fields_set
+                           if getattr(self, k) is not None)
+            if given:
+                raise ValueError(f"reward names the evaluator; {', '.join(given)} would be ignored: drop them or "
+                                 f"put them in the reward's spec")
+        return self
 
 
 def load_train_config(path: Path, *, output_dir: Path | None = None, data_dir: Path | None = None,
@@ -171,8 +269,8 @@ def with_data_dir(data: DataConfig, data_dir: Path | None) -> DataConfig:
 
 
 def with_max_steps(grpo: GRPOSettings, max_steps: int | None) -> GRPOSettings:
-    """`grpo` with `max_steps` in place of its own (unchanged for None)."""
-    return grpo if max_steps is None else grpo.model_copy(update={"max_steps": max_steps})
+    """`grpo` with `max_steps` in place of its own and of `epochs` (unchanged for None)."""
+    return grpo if max_steps is None else grpo.model_copy(update={"max_steps": max_steps, "epochs": None})
 
 
 def backend_spec(spec: str) -> str:
@@ -254,10 +352,13 @@ def sample_sets(rows: list[NectarRow], sampling: SetSampling, out: Path, pool: A
 
 
 def read_sets(rows: list[NectarRow], sampling: SetSampling, out: Path) -> tuple[list[NectarRow], list[list[str]]]:
-    """The rows whose whole set `sample_sets` wrote into `out`, and their sets (read only: every rank may read
-    it); rows with a failed sample are left out."""
+    """The rows whose whole set `sample_sets` wrote into `out`, and their sets, each response's thinking stripped
+    (`judges.thinking.strip_thinking`: the generator and the verifier read the answers only; read only: every rank
+    may read it); rows with a failed sample are left out, and responses with nothing left once stripped (a budget
+    spent thinking) are counted in the log."""
     from harness.records import GenerationRecord
     from harness.runstore import RecordLog
+    from judges.thinking import strip_thinking
 
     found: dict[str, dict[int, str]] = {}
     for record in RecordLog(out, GenerationRecord).records():
@@ -268,10 +369,14 @@ def read_sets(rows: list[NectarRow], sampling: SetSampling, out: Path) -> tuple[
         samples = found.get(row.id, {})
         if len(samples) == sampling.set_size:
             kept.append(row)
-            sets.append([samples[i] for i in range(sampling.set_size)])
+            sets.append([strip_thinking(samples[i]) for i in range(sampling.set_size)])
     if len(kept) < len(rows):
         log.info("%d of %d rows left out: some of their samples failed (see %s)", len(rows) - len(kept), len(rows),
                  out)
+    empty = sum(not text for found_set in sets for text in found_set)
+    if empty:
+        log.info("%d of %d sampled responses are empty once their thinking is stripped (the budget ran out while "
+                 "thinking)", empty, sum(map(len, sets)))
     return kept, sets
 
 
@@ -296,13 +401,15 @@ def policy_dataset(rows: list[NectarRow], *, split: str = "train") -> list[dict[
             for r in rows]
 
 
-def grpo_config(settings: GRPOSettings, output_dir: Path, *, rollouts: Any = None, eval_every: int | None = None
-                ) -> Any:
+def grpo_config(settings: GRPOSettings, output_dir: Path, *, rollouts: Any = None, eval_every: int | None = None,
+                scale_rewards: str = "group") -> Any:
     """TRL's `GRPOConfig` from our settings (CPU: float32, `use_cpu`).
 
     Args:
-        settings: The job's GRPO settings.
+        settings: The job's GRPO settings (`max_steps` unset: TRL's `num_train_epochs` = `epochs`; `training.fit`
+            resolves the steps first, `plan_steps`).
         output_dir: Where TRL writes.
+        scale_rewards: The trainer's paper default (the reward's `scale_rewards`), unless `settings` sets one.
         rollouts: The rollouts' grammar (`training.rollouts.rollout_constraint`), or None. With vLLM generation it
             becomes TRL's `generation_kwargs["structured_outputs"]`, and the vLLM importance-sampling correction is
             off unless `extra` sets it (`training.rollouts` says why).
@@ -322,12 +429,15 @@ def grpo_config(settings: GRPOSettings, output_dir: Path, *, rollouts: Any = Non
     unknown = sorted(set(settings.extra) - fields)
     if unknown:
         raise ConfigError(f"grpo.extra: {', '.join(unknown)} are not GRPOConfig fields")
-    values = settings.model_dump(exclude={"extra", "bf16", "save_steps", "vllm_server_base_url"})
+    values = settings.model_dump(exclude={"extra", "bf16", "save_steps", "vllm_server_base_url", "epochs",
+                                          "scale_rewards", "max_steps"})
     values.update(
         output_dir=str(output_dir),
+        max_steps=settings.max_steps if settings.max_steps is not None else -1,
+        num_train_epochs=settings.epochs or 1.0,
         bf16=cuda if settings.bf16 is None else settings.bf16,
         use_cpu=not cuda,
-        scale_rewards="none",
+        scale_rewards=settings.scale_rewards or scale_rewards,
         report_to=list(settings.report_to) or "none",
         save_strategy="steps" if settings.save_steps else "no",
         save_steps=settings.save_steps or 500,

@@ -11,6 +11,10 @@ trains it again) and resumes an unfinished one from its latest `checkpoint-N` (w
 the start): the generator's response sets (`sets.jsonl`) resume, and the call cache answers the frozen models'
 repeated calls.
 
+`dry_run` reads and filters the data and says what the job would train on (each rule's drops, the rows, the
+steps and the passes over the data they make) without loading a model: `harness train generator|policy
+--dry-run`.
+
 Under `accelerate launch --num_processes N` every process runs the same job (`training.ranks`): all of them check
 it, the main process alone writes the manifest, samples the response sets, saves the checkpoint and writes the
 logs; the others wait for the sets and read them, and each process rewards its own share of every batch. A frozen
@@ -55,17 +59,44 @@ class Job:
 
 
 def roles(kind: Kind, config: TrainConfig) -> dict[str, str]:
-    """Role -> model spec of every model the job starts from or is rewarded by."""
-    found = {"model": config.model, "verifier": config.verifier}
+    """Role -> model spec of every model the job starts from or is rewarded by: the model, and the generator's
+    verifier and set policy, or the models of the policy's reward (`generator` and `verifier` of a rubric,
+    `reward_model` of a scalar RM).
+
+    Raises:
+        ConfigError: for a missing role, or a reward spec the registry refuses.
+    """
+    found = {"model": config.model}
     if kind == "generator":
+        if config.reward is not None:
+            raise ConfigError("reward: the generator's reward is R_disc and R_anchor; `reward` is for policy jobs")
+        if config.verifier is None:
+            raise ConfigError("verifier: generator training needs the frozen DR-Verifier's model spec")
         if config.data.sets is None:
             raise ConfigError("data.sets: generator training needs the policy whose response sets it rates")
-        found["policy"] = config.data.sets.policy
-    else:
-        if config.generator is None:
-            raise ConfigError("generator: policy training needs the frozen DR-Generator's model spec")
-        found["generator"] = config.generator
-    return found
+        return {**found, "verifier": config.verifier, "policy": config.data.sets.policy}
+    from training.fit import policy_reward_spec
+
+    return {**found, **reward_models(policy_reward_spec(config))}
+
+
+def reward_models(spec: str) -> dict[str, str]:
+    """Role -> model spec of the models an evaluator spec names (`generator` and `verifier` of a rubric evaluator,
+    `reward_model` of a scalar RM), as the evaluator will ask its pool for them.
+
+    Raises:
+        ConfigError: for an unknown evaluator kind.
+    """
+    import sys
+
+    from harness.registry import lookup
+    from judges.base import parse_evaluator_spec
+
+    kind, settings = parse_evaluator_spec(spec)
+    module = sys.modules[lookup("evaluator", kind).__module__]
+    explicit = getattr(module, "explicit_settings", dict)(settings)
+    named = {"generator": "generator", "verifier": "verifier", "model": "reward_model"}
+    return {role: explicit[key] for key, role in named.items() if explicit.get(key)}
 
 
 def identify(spec: str, options: Any, endpoints: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -124,6 +155,8 @@ def prepare(kind: Kind, config: TrainConfig, *, known: Mapping[str, dict[str, An
     grpo_config(config.grpo, Path(config.output_dir), eval_every=config.eval_every)
     model_path(config.model)
     _check_frozen_engines(kind, config, endpoints)
+    if kind == "policy":
+        _check_reward(config)
     known = known or {}
     parents = {role: {"spec": spec, "identity": known[spec] if spec in known else identify(spec, options, endpoints)}
                for role, spec in parent_specs.items()}
@@ -133,6 +166,37 @@ def prepare(kind: Kind, config: TrainConfig, *, known: Mapping[str, dict[str, An
         check_training(load(kind, config, options, endpoints, devices), devices)
     return Job(kind, config, options, endpoints, nectar, parents, settings,
                checkpoint.check(config.output_dir, settings))
+
+
+def _check_reward(config: TrainConfig) -> None:
+    """The policy's reward evaluator, built from its spec over stand-in models: its settings are checked before any
+    model is located (an earlier co-evolution stage has no weights yet); `make_reward` builds it on the real ones.
+
+    Raises:
+        ConfigError: naming the spec and what its evaluator refuses.
+    """
+    from harness.backends.base import BaseBackend
+    from judges import load_evaluator
+    from training.fit import policy_reward_spec
+
+    class StandIn(BaseBackend):
+        kind = "stand-in"
+
+        def __init__(self, spec: str) -> None:
+            self.model = spec
+
+        def check_score(self, head: str) -> None:
+            """Any head: the model's fitness is checked when the reward is built on it."""
+
+    class Pool:
+        def get(self, spec: str, *, overrides: Any = None) -> Any:
+            return StandIn(spec)
+
+    spec = policy_reward_spec(config)
+    try:
+        load_evaluator(spec, Pool())  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise ConfigError(f"reward {spec}: {exc}") from None
 
 
 def _check_frozen_engines(kind: Kind, config: TrainConfig, endpoints: Mapping[str, Any]) -> None:
@@ -146,7 +210,7 @@ def _check_frozen_engines(kind: Kind, config: TrainConfig, endpoints: Mapping[st
     if current().world < 2:
         return
     for role, spec in roles(kind, config).items():
-        if role in ("verifier", "generator") and spec.startswith("vllm:") and spec not in endpoints:
+        if role in ("verifier", "generator", "reward_model") and spec.startswith("vllm:") and spec not in endpoints:
             raise ConfigError(f"{role} {spec}: under {current().world} training processes each would start a vLLM "
                               f"engine of its own; serve it (harness serve, or models: / --endpoints)")
 
@@ -190,7 +254,7 @@ def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
     """
     from training import ranks
     from training.data import fingerprint
-    from training.grpo import read_rows
+    from training.grpo import plan_steps, read_rows
 
     if job.binding.state == "other" and (job.binding.foreign or not overwrite):
         raise checkpoint.refusal([job.binding])
@@ -201,6 +265,8 @@ def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
     me = ranks.current()
     for line in report.lines() if me.main else ():
         log.info("nectar: %s", line)
+    if me.main:
+        log.info("training: %s", plan_steps(job.config.grpo, rows=len(rows), processes=me.world).line(job.config.grpo))
     ranks.barrier()  # every process has compared the dir before the main process changes it
     out = Path(job.config.output_dir)
     resume = job.binding.state == "unfinished" and not overwrite
@@ -212,7 +278,7 @@ def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
                                     config=job.config.model_dump(mode="json"), parents=job.parents)
     ranks.barrier()  # the dir is ready (discarded, its manifest written) before any process writes into it
     try:
-        rows, history, weights = _train(job, rows, heldout, resume=resume)
+        rows, history, weights, steps = _train(job, rows, heldout, resume=resume)
     except BaseException as exc:
         if me.main:
             _record_failure(out, manifest, exc)
@@ -222,7 +288,9 @@ def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
                 "heldout_fingerprint": fingerprint(heldout) if heldout else None,
                 "filter": {"seen": report.seen, "kept": report.kept, "dropped": report.dropped}}
         manifest = checkpoint.finish(out, manifest, status="finished", data=data, reward_history=history,
-                                     processes={"count": me.world, "weights": weights})
+                                     processes={"count": me.world, "weights": weights},
+                                     steps={"max_steps": steps.max_steps, "epochs": steps.epochs,
+                                            "prompts_per_step": steps.prompts_per_step, "rows": steps.rows})
         _plot(out)
     ranks.barrier()
     return manifest if me.main else checkpoint.read(out)
@@ -252,10 +320,40 @@ def train(kind: Kind, config: TrainConfig, *, overwrite: bool = False) -> dict[s
     return run(prepare(kind, config), overwrite=overwrite)
 
 
+def dry_run(kind: Kind, config: TrainConfig, *, processes: int | None = None) -> list[str]:
+    """What a job would train on, in lines, with no model loaded or called: each rule's drops on the data given,
+    the training and held-out rows, the reward, and the steps with `processes` (default: this launch's, so
+    `WORLD_SIZE=N` asks for N) and the passes over the rows they make. The generator's rows whose sets fail to
+    sample are not known yet.
+
+    Raises:
+        ConfigError: for a bad config, a missing or malformed data file, or data that leaves nothing to train on.
+    """
+    from benchmarks.nectar import local_file
+    from training import ranks
+    from training.fit import policy_reward_spec
+    from training.grpo import plan_steps, read_rows
+
+    parents = roles(kind, config)
+    nectar = local_file(Path(config.data.data_dir)) if config.data.data_dir is not None else None
+    rows, heldout, report = read_rows(config.data, nectar, policy=kind == "policy")
+    world = processes or ranks.current().world
+    objective = {"both": f"z(R_disc) + {config.lam} z(R_anchor)", "disc": "R_disc alone",
+                 "anchor": "R_anchor alone"}[config.objective]
+    reward = (f"{objective}, verifier {config.verifier}, {config.verify_mode} verdicts" if kind == "generator"
+              else policy_reward_spec(config))
+    return [f"{kind} job: {config.model} -> {config.output_dir}",
+            *(f"  {role}: {spec}" for role, spec in parents.items() if role != "model"),
+            f"reward: {reward}",
+            "nectar: " + report.lines()[0], *report.lines()[1:],
+            f"training rows: {len(rows)}, held out: {len(heldout)}",
+            "steps: " + plan_steps(config.grpo, rows=len(rows), processes=world).line(config.grpo)]
+
+
 def _train(job: Job, rows: list, heldout: list, *, resume: bool
-           ) -> tuple[list, list[dict[str, Any]], list[str] | None]:
+           ) -> tuple[list, list[dict[str, Any]], list[str] | None, Any]:
     """Sample the generator's sets (generator jobs: the main process), train, save; returns the rows trained on,
-    the reward's per-step history (this process's share) and every process's weights digest."""
+    the reward's per-step history (this process's share), every process's weights digest and the steps."""
     from harness.cache import CallCache
     from harness.pool import BackendPool
     from training import ranks
@@ -270,7 +368,8 @@ def _train(job: Job, rows: list, heldout: list, *, resume: bool
         sets_file = out / "sets.jsonl"
         if ranks.current().main:
             sets_pool = BackendPool(options=job.options, cache=CallCache(), endpoints=job.endpoints)
-            sample_sets(rows + heldout, config.data.sets, sets_file, sets_pool, seed=seed)
+            sets_seed = seed if config.data.sets.seed is None else config.data.sets.seed
+            sample_sets(rows + heldout, config.data.sets, sets_file, sets_pool, seed=sets_seed)
         ranks.barrier()  # the other processes wait for the sets, then read them
         rows, sets = read_sets(rows, config.data.sets, sets_file)
         dataset = generator_dataset(rows, sets, seed=seed)
@@ -286,4 +385,4 @@ def _train(job: Job, rows: list, heldout: list, *, resume: bool
                      eval_every=config.eval_every, rollouts=rollouts, resume=resume)
     finally:
         asyncio.run(pool.close())
-    return rows, reward.history, list(fitted.weights) if fitted.weights is not None else None
+    return rows, reward.history, list(fitted.weights) if fitted.weights is not None else None, fitted.steps

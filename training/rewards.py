@@ -8,20 +8,35 @@ A completion that cannot be scored (a rubric the parser rejects, a failed backen
 `None`: TRL leaves it out of the group statistics and gives it advantage 0; it is counted, never made a 0.
 
 **Generator** (`GeneratorReward`): each completion is a rubric for its row's set (the current policy's K responses
-to the row's prompt). The frozen verifier answers every item on the set, giving `disc_reward` (the weighted
-Bernoulli variance of the item pass rates), and on the row's Nectar anchors (the same prompt's 7 responses in GPT-4's
-rank order), giving `anchor_reward` (the rank-discounted Bradley-Terry log-likelihood of the rubric's scores). The
-paper combines the two *at the advantage level*: `A = z(disc) + lambda * z(anchor)`, each `z` the group-standardised
-reward (TRL's formula: `(r - mean) / (std + 1e-4)`, sample std over the group's scorable members). This function
-returns that sum, which has mean 0 in every group; trained with TRL's `scale_rewards="none"` (what `training.grpo`
-sets), TRL's advantage `r - mean(r)` is then exactly the paper's. (TRL's own `multi_objective_aggregation=
+to the row's prompt, their thinking stripped: `training.grpo.read_sets`). The frozen verifier answers every item on
+the set, giving `disc_reward` (the weighted Bernoulli variance of the item pass rates), and on the row's Nectar
+anchors (the same prompt's 7 responses in GPT-4's rank order), giving `anchor_reward` (the rank-discounted
+Bradley-Terry log-likelihood of the rubric's scores). The paper combines the two *at the advantage level*:
+`A = z(disc) + lambda * z(anchor)`, each `z` the group-standardised reward (TRL's formula: `(r - mean) / (std +
+1e-4)`, sample std over the group's scorable members). This function returns that sum, which has mean 0 in every
+group; its reward scaling (`scale_rewards`, the class attribute `training.grpo` reads: `"none"`) leaves it as it is,
+so TRL's advantage `r - mean(r)` is exactly the paper's. (TRL's own `multi_objective_aggregation=
 "normalize_then_sum"` standardises once more over the whole batch, a step the paper does not describe; a test in
 `tests/training/test_grpo_smoke.py` shows what it changes.) `objective="disc"` / `"anchor"` are Table 3's ablations;
 their training batches verify only what they use (the set, or the anchors), and held-out batches verify both.
 
-**Policy** (`PolicyReward`): each group of completions for one prompt gets one rubric from the frozen generator,
-and each completion's rubric score is its reward: exactly the `dynamic-rubric` evaluator's `score_set` (the
-evaluators' protocol), so training and evaluation share one scoring path.
+**Binary verdicts for R_disc.** The paper's `R_disc` takes the verifier's yes/no verdicts, and so does the default
+mode (`per_item`, as the evaluation tables verify). With soft verdicts (`logprob`: P(yes)) the mean of `v (1 - v)`
+adds the verifier's own uncertainty to the spread across responses: an item the verifier is 50/50 about for every
+response would earn the most, 0.25. So in `logprob` mode `R_disc` reads each P(yes) as the verifier's most likely
+answer, yes iff P(yes) > 0.5 (`binary_verdicts`): the verdict `per_item` decoding gives greedily, and the paper's
+quantity on it. (The other reading, the spread of P(yes) across the responses alone, also pays the unsure item
+nothing, but it is not the paper's quantity: two responses the verifier puts at P(yes) 0.45 and 0.55, whose
+verdicts differ, would earn 0.0025 instead of 0.25.) The anchor scores keep P(yes) in `logprob` mode: there they
+are scores, as the `logprob` evaluators' scores are.
+
+**Policy** (`PolicyReward`): each group of completions for one prompt, their thinking stripped
+(`judges.thinking.strip_thinking`, the policy tables' rule), is scored by one evaluator `score_set` call: by
+default the `dynamic-rubric` evaluator (one rubric per group from the frozen generator, seeded by the row and the
+step), or any registered evaluator the config's `reward` names (Table 2's baselines: a scalar reward model, with or
+without the other responses, or RaR's static rubric, whose seed is the row's alone so that its rubric is made once
+per prompt and the call cache serves it again every epoch). The reward is the score; GRPO's advantage standardises
+it within its group (`scale_rewards = "group"`, GRPO as Shao et al. define it).
 
 Logged per call (one optimisation step's generation batch, or one held-out batch), through TRL's `log_metric` and
 in `stats`: each reward component's mean and std, the share of completions whose rubric parsed (`parse_rate`: the
@@ -30,7 +45,9 @@ spread, the share of saturated rubric items, the mean rubric size, the correlati
 length (characters), the verifier's backend calls, the unscorable completions by cause, and the reward's wall time.
 The generator's reward also logs `anchor_pair_acc`: of the anchor pairs (i better than j by the annotation), the
 share its rubric scores strictly in that order (`anchor_order_accuracy`; a tie is wrong), its mean over the scored
-rubrics. A call on held-out rows (the dataset's `split` column is `heldout`) goes to `eval_history`, not `history`.
+rubrics, and `gap`: the score gap Δ_gap on the anchor pairs, the mean over the pairs of the better-ranked anchor's
+score minus the worse-ranked one's (`anchor_gap`), its mean over the scored rubrics. A call on held-out rows (the
+dataset's `split` column is `heldout`) goes to `eval_history`, not `history`.
 """
 
 from __future__ import annotations
@@ -40,7 +57,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -54,6 +71,7 @@ from judges.rubric import (
     parse_rubric,
     saturated_share,
 )
+from judges.thinking import strip_thinking
 from judges.verify import VerifyMode, verify
 
 Objective = Literal["both", "disc", "anchor"]
@@ -117,6 +135,25 @@ def anchor_order_accuracy(scores_in_gold_rank_order: Sequence[float]) -> float:
     return float(np.mean(s[i] > s[j]))
 
 
+def anchor_gap(scores_in_gold_rank_order: Sequence[float]) -> float:
+    """Δ_gap on the anchors: of the pairs (i, j), i ranked better than j by the annotation, the mean of
+    `S_i - S_j` (positive when the rubric scores the better-ranked anchors higher).
+
+    Raises:
+        ValueError: for fewer than two scores.
+    """
+    s = np.asarray(scores_in_gold_rank_order, dtype=float)
+    if s.ndim != 1 or len(s) < 2:
+        raise ValueError(f"the anchor gap needs at least 2 scores in gold order, got shape {s.shape}")
+    i, j = np.triu_indices(len(s), k=1)
+    return float(np.mean(s[i] - s[j]))
+
+
+def binary_verdicts(verdicts: np.ndarray) -> np.ndarray:
+    """Each P(yes) as the verifier's most likely answer: 1 where P(yes) > 0.5, else 0 (0/1 verdicts unchanged)."""
+    return (np.asarray(verdicts, dtype=float) > 0.5).astype(float)
+
+
 def length_correlation(rewards: Sequence[float | None], lengths: Sequence[int]) -> float | None:
     """Pearson correlation of the scorable rewards with their completions' lengths (None when undefined)."""
     pairs = [(r, n) for r, n in zip(rewards, lengths) if r is not None]
@@ -173,6 +210,8 @@ class RubricOutcome:
     """`parse` (the rubric), `verify` (a verdict missing on the set or the anchors), or None."""
     anchor_order: float | None = None
     """`anchor_order_accuracy` of the rubric's scores on the anchors."""
+    anchor_gap: float | None = None
+    """`anchor_gap` of the rubric's scores on the anchors."""
 
 
 class GeneratorReward:
@@ -186,15 +225,20 @@ class GeneratorReward:
         group_size: TRL's `num_generations`.
         lam: Weight of the anchor advantage (the paper's lambda, default 1).
         objective: `both`, or Table 3's ablations `disc` / `anchor`.
-        mode: Verification mode (`logprob` and `batched` need far fewer calls than `per_item`).
+        mode: Verification mode: `per_item` (the paper's binary verdicts, as the evaluation tables verify),
+            `batched`, or `logprob` (far fewer calls; `R_disc` on its verdicts thresholded at 0.5: see the module
+            docstring).
         verify_max_tokens: Token budget per verdict (`per_item`; a sheet gets it per item).
         structured: Constrain the verifier's answers where the backend can.
     """
 
     __name__ = "dr_generator"
+    scale_rewards: ClassVar[str] = "none"
+    """The reward already is the paper's advantage (the sum of group-standardised components): TRL scales it by
+    nothing more."""
 
     def __init__(self, verifier: Backend, *, group_size: int, lam: float = 1.0, objective: Objective = "both",
-                 mode: VerifyMode = "logprob", verify_max_tokens: int = 16, structured: bool = True) -> None:
+                 mode: VerifyMode = "per_item", verify_max_tokens: int = 16, structured: bool = True) -> None:
         if objective not in ("both", "disc", "anchor"):
             raise ValueError(f"objective must be both, disc or anchor, got {objective!r}")
         self.verifier = verifier
@@ -229,14 +273,14 @@ class GeneratorReward:
         set_verdicts, anchor_verdicts = await asyncio.gather(verdicts(responses, on_set), verdicts(anchor, on_anchor))
         if any(v is None for row in set_verdicts + anchor_verdicts for v in row):
             return RubricOutcome(None, None, len(rubric), failure="verify")
-        disc = saturated = anchor_value = order = None
+        disc = saturated = anchor_value = order = gap = None
         if on_set:
-            matrix = np.array(set_verdicts, dtype=float)
+            matrix = binary_verdicts(np.array(set_verdicts, dtype=float))
             disc, saturated = disc_reward(rubric.weights, matrix), saturated_share(matrix)
         if on_anchor:
             scores = aggregate(rubric.weights, np.array(anchor_verdicts, dtype=float))
-            anchor_value, order = anchor_reward(scores), anchor_order_accuracy(scores)
-        return RubricOutcome(disc, anchor_value, len(rubric), saturated, anchor_order=order)
+            anchor_value, order, gap = anchor_reward(scores), anchor_order_accuracy(scores), anchor_gap(scores)
+        return RubricOutcome(disc, anchor_value, len(rubric), saturated, anchor_order=order, anchor_gap=gap)
 
     def combine(self, outcomes: Sequence[RubricOutcome]) -> list[float | None]:
         """The advantage-level combination `z(disc) + lam * z(anchor)` per group (or one of them alone)."""
@@ -273,30 +317,36 @@ class GeneratorReward:
             mean, std = _mean_std([getattr(o, name) for o in outcomes])
             stats[f"{name}_mean"], stats[f"{name}_std"] = mean, std
         stats["anchor_pair_acc"] = _mean_std([o.anchor_order for o in outcomes])[0]
+        stats["gap"] = _mean_std([o.anchor_gap for o in outcomes])[0]
         (self.eval_history if _split(split) == "heldout" else self.history).append(stats)
         RewardStats({f"dr/{k}": v for k, v in stats.items()}).log(log_metric)
         return rewards
 
 
 class PolicyReward:
-    """The DR-Policy's reward: one rubric per group from the frozen generator, each completion's rubric score
-    (the `dynamic-rubric` evaluator's `score_set`; see the module docstring).
+    """The DR-Policy's reward: each group's completions, thinking stripped, scored by one evaluator `score_set`
+    call (by default the `dynamic-rubric` evaluator: one rubric per group; see the module docstring).
 
-    Dataset columns it reads: `question` (the prompt as the generator and the verifier see it) and `row` (the
-    row's id, which with the step seeds the group's rubric).
+    Dataset columns it reads: `question` (the prompt as the evaluator sees it) and `row` (the row's id, which with
+    the step seeds the group's evaluation).
 
     Args:
-        evaluator: A `judges.dynamic.RubricEvaluator` (frozen generator and verifier).
+        evaluator: Any evaluator (`judges.base.Evaluator`: a `judges.dynamic.RubricEvaluator`, a scalar RM, ...).
         group_size: TRL's `num_generations`.
-        seed: Run seed (each group's rubric seed derives from it, the row and the call).
+        seed: Run seed (each group's seed derives from it, the row and the call).
+        per_row: Seed each group by its row alone, not the step (a static rubric: made once per prompt, the call
+            cache answers it again in later epochs).
     """
 
     __name__ = "dr_policy"
+    scale_rewards: ClassVar[str] = "group"
+    """GRPO's advantage: the score centred and divided by its group's standard deviation."""
 
-    def __init__(self, evaluator: Any, *, group_size: int, seed: int = 0) -> None:
+    def __init__(self, evaluator: Any, *, group_size: int, seed: int = 0, per_row: bool = False) -> None:
         self.evaluator = evaluator
         self.group_size = group_size
         self.seed = seed
+        self.per_row = per_row
         self.history: list[dict[str, float | None]] = []
         """The stats of every training call, in order (what was logged)."""
         self.eval_history: list[dict[str, float | None]] = []
@@ -310,15 +360,16 @@ class PolicyReward:
         from harness.seeds import derive_seed
 
         started = time.perf_counter()
-        texts = [completion_text(c) for c in completions]
+        texts = [strip_thinking(completion_text(c)) for c in completions]
         g = self.group_size
         starts = range(0, len(texts), g)
         where = _split(split)
-        # The rubric seed: the run seed, the row, and the step that generated the group (the same on a resumed
-        # run; a held-out group is seeded apart from a training group of the same step).
+        # The group's seed: the run seed, the row, and the step that generated the group (the same on a resumed
+        # run; a held-out group is seeded apart from a training group of the same step); the row alone per_row.
         step = trainer_state.global_step if trainer_state is not None else len(self.calls)
-        seeds = [derive_seed(self.seed, row[s], step) if where == "train" else derive_seed(self.seed, row[s], where,
-                                                                                           step) for s in starts]
+        keys = [(row[s],) if self.per_row else (row[s], step) for s in starts]
+        seeds = [derive_seed(self.seed, *key) if where == "train" else derive_seed(self.seed, key[0], where, *key[1:])
+                 for key in keys]
         results = await asyncio.gather(*(
             self.evaluator.score_set(question[s], texts[s:s + g], seed=seed) for s, seed in zip(starts, seeds)))
         rewards: list[float | None] = [score for result in results for score in result.scores]

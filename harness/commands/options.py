@@ -152,6 +152,9 @@ class TrainRun:
         "held-out curves against it.")] = False
     rounds: Annotated[Optional[int], typer.Option(
         "--rounds", min=1, help="coevolve: rounds (overrides rounds).")] = None
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="generator, policy: read and filter the data and print each rule's drops, the rows, the "
+        "reward and the steps (and the passes over the data they make); load and train nothing.")] = False
 
 
 def _backend_parameters() -> list[tuple[str, Any, Any]]:

@@ -48,8 +48,8 @@ def run_train(what: str, target: Path | None, args: TrainRun, *, endpoints: Path
 def _coevolve(args: TrainRun, *, endpoints: Path | None, overwrite: bool, echo: Callable[[str], None]) -> None:
     from training.coevolve import coevolve, load_coevolve_config, stage_line
 
-    if args.eval_every is not None or args.seeds != 1 or args.control:
-        raise ConfigError("--eval-every, --seeds and --control are for `harness train generator|policy`")
+    if args.eval_every is not None or args.seeds != 1 or args.control or args.dry_run:
+        raise ConfigError("--eval-every, --seeds, --control and --dry-run are for `harness train generator|policy`")
     co = load_coevolve_config(args.config, rounds=args.rounds, output_dir=args.output_dir, data_dir=args.data_dir,
                               max_steps=args.max_steps)
     co = co.model_copy(update={"models": served_models(co.models, endpoints)})
@@ -65,6 +65,12 @@ def _job(what: str, args: TrainRun, *, endpoints: Path | None, overwrite: bool, 
     cfg = load_train_config(args.config, output_dir=args.output_dir, data_dir=args.data_dir,
                             max_steps=args.max_steps, eval_every=args.eval_every)
     cfg = cfg.model_copy(update={"models": served_models(cfg.models, endpoints)})
+    if args.dry_run:
+        from training.job import dry_run
+
+        for line in dry_run(what, cfg):  # type: ignore[arg-type]
+            echo(line)
+        return
     if args.seeds > 1 or args.control:
         from training.learning import compare, lines
 

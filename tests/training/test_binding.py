@@ -150,7 +150,7 @@ def test_coevolve_keeps_bound_stages_and_refuses_changed_ones(tmp_path: Path, ti
         k: v for k, v in trained.items() if k != "coevolve.json"}
 
     for change, shown in (({"lam": 0.5}, "lam: 1.0 -> 0.5"), ({"objective": "disc"}, "objective: both -> disc"),
-                          ({"verify_mode": "per_item"}, "verify_mode: logprob -> per_item")):
+                          ({"verify_mode": "logprob"}, "verify_mode: per_item -> logprob")):
         line = _error(coevolve(**change))
         assert f"{co / 'G1'} holds a checkpoint trained with other settings ({shown}" in line
         assert f"{co / 'P1'} holds a checkpoint trained with other settings (parents.generator.settings: " in line

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from harness.backends.base import BaseBackend, Completion, LogprobResult, Usage  # noqa: E402
 from judges.rubric import aggregate, anchor_reward, disc_reward, parse_rubric  # noqa: E402
-from training.rewards import GeneratorReward, PolicyReward, group_standardise  # noqa: E402
+from training.rewards import GeneratorReward, PolicyReward, binary_verdicts, group_standardise  # noqa: E402
 
 RUBRIC = '[{"criterion": "Is it clear?", "weight": 2}, {"criterion": "Is it brief?", "weight": 3}]'
 # Rubric-shaped texts the tiny model is taught first, so that its samples are often rubrics (some are not: those
@@ -142,7 +142,7 @@ def test_generator_trains_two_steps_and_its_logged_rewards_recompute(tmp_path: P
                 continue
             on_set = np.array([[p_yes(r, c) for r in responses] for c in rubric.criteria])
             on_anchor = np.array([[p_yes(r, c) for r in ranked] for c in rubric.criteria])
-            disc.append(disc_reward(rubric.weights, on_set))
+            disc.append(disc_reward(rubric.weights, binary_verdicts(on_set)))  # logprob: R_disc on P(yes) > 0.5
             anchor.append(anchor_reward(aggregate(rubric.weights, on_anchor)))
         saw_none |= None in disc
         z_disc, z_anchor = group_standardise(disc, 8), group_standardise(anchor, 8)
@@ -156,6 +156,8 @@ def test_generator_trains_two_steps_and_its_logged_rewards_recompute(tmp_path: P
     assert verifier.logprob_requests > 0
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     assert any("dr/reward_seconds" in line and "step_time" in line for line in logged)
+    # The reward is the paper's advantage already: TRL scales it by nothing more.
+    assert torch.load(tmp_path / "g1" / "training_args.bin", weights_only=False).scale_rewards == "none"
 
 
 def test_policy_trains_two_steps_on_the_frozen_generators_rubric_scores(tmp_path: Path):
@@ -182,6 +184,41 @@ def test_policy_trains_two_steps_on_the_frozen_generators_rubric_scores(tmp_path
             group = call["texts"][start:start + 2]
             verdicts = np.array([[p_yes(r, c) for r in group] for c in rubric.criteria])
             assert call["rewards"][start:start + 2] == pytest.approx(list(aggregate(rubric.weights, verdicts)))
+    # GRPO as the paper cites it: the score centred and divided by its group's standard deviation.
+    assert torch.load(tmp_path / "p1" / "training_args.bin", weights_only=False).scale_rewards == "group"
+
+
+def test_one_epoch_covers_every_row_once_whatever_the_batch(tmp_path: Path):
+    """`grpo.epochs: 1`: the steps follow from the rows, the group size and the batch, and the reward sees every
+    row's group exactly once (4 rows, 2 prompts a step: 2 steps; 1 prompt a step: 4 steps)."""
+    from tiny_models import build_tiny_lm
+
+    from training.fit import fit
+
+    model = build_tiny_lm(tmp_path / "p0", context=512)
+    rows = [{"prompt": [{"role": "user", "content": f"Say something {i}."}], "row": f"r{i}",
+             "question": f"Say something {i}."} for i in range(4)]
+    for batch, steps in ((4, 2), (2, 4)):
+        evaluator = RecordingEvaluator()
+        reward = PolicyReward(evaluator, group_size=2)
+        settings = _settings(max_steps=None, epochs=1, per_device_train_batch_size=batch, max_completion_length=4,
+                             learning_rate=1e-6)
+        fitted = fit(str(model), settings, rows, reward, tmp_path / f"p{batch}")
+        assert (fitted.steps.max_steps, fitted.steps.epochs) == (steps, 1.0)
+        assert sorted(evaluator.prompts) == [f"Say something {i}." for i in range(4)]
+
+
+class RecordingEvaluator:
+    """Scores every completion 0 or 1 by its parity of length; records each group's prompt."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    async def score_set(self, prompt, responses, *, seed):
+        from judges.base import SetScores, Trace
+
+        self.prompts.append(prompt)
+        return SetScores(tuple(float(len(r) % 2) for r in responses), Trace())
 
 
 def test_the_paper_combination_against_trls_normalize_then_sum():

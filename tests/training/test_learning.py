@@ -16,7 +16,7 @@ pytest.importorskip("trl", reason="the train extra (trl) is not installed")
 torch = pytest.importorskip("torch")
 
 from judges.rubric import RubricParseError, aggregate, disc_reward, parse_rubric  # noqa: E402
-from training.rewards import GeneratorReward, anchor_order_accuracy  # noqa: E402
+from training.rewards import GeneratorReward, anchor_order_accuracy, binary_verdicts  # noqa: E402
 
 ROWS = [{"prompt": [{"role": "user", "content": f"rubric {i}"}], "row": f"r{i}", "question": f"Question {i}?",
          "responses": [f"answer {i} one", f"answer {i} two", f"answer {i} three"],
@@ -57,7 +57,8 @@ def _fit(model: Path, out: Path, *, learning_rate: float = 5e-2, eval_every: int
 
 
 def _recompute(call: dict) -> tuple[list[float], list[float]]:
-    """disc and anchor order accuracy of a call's parsed rubrics, from the scripted verifier's P(yes)."""
+    """disc (on the verdicts P(yes) > 0.5) and anchor order accuracy of a call's parsed rubrics, from the
+    scripted verifier's P(yes)."""
     from test_grpo_smoke import p_yes
 
     disc, order = [], []
@@ -66,8 +67,8 @@ def _recompute(call: dict) -> tuple[list[float], list[float]]:
             rubric = parse_rubric(text)
         except RubricParseError:
             continue
-        disc.append(disc_reward(rubric.weights, np.array([[p_yes(r, c) for r in responses]
-                                                          for c in rubric.criteria])))
+        disc.append(disc_reward(rubric.weights, binary_verdicts(np.array([[p_yes(r, c) for r in responses]
+                                                                          for c in rubric.criteria]))))
         scores = aggregate(rubric.weights, np.array([[p_yes(r, c) for r in anchor] for c in rubric.criteria]))
         order.append(anchor_order_accuracy(scores))
     return disc, order
