@@ -18,7 +18,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 endif
 
-.PHONY: install demo test install-vllm test-vllm
+.PHONY: install demo test install-vllm test-vllm gpu-smoke
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -56,3 +56,7 @@ install-vllm: $(VLLM_STAMP)
 test-vllm: install-vllm
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HARNESS_TEST_VLLM=1 VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} \
 		$(VLLM_BIN)/python -m pytest -m vllm
+
+# Memory on a real GPU against the plan (tests marked gpu; they skip without CUDA). Figures: runs/gpu-smoke.json.
+gpu-smoke: install
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -m gpu tests/gpu -q

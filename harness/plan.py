@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,10 +37,14 @@ class Devices:
     kv_cache_gib: float = 4.0
     """What each engine takes on each of its devices besides its weights (KV cache, activations)."""
     usable: float = 0.92
-    """Share of a device's memory the engines may take together (the rest: CUDA contexts, fragmentation)."""
+    """Share of a device's memory the engines may take together (the rest: fragmentation, other processes)."""
+    free_gib: float | None = None
+    """The least memory free on any of the devices when the plan was made (None: not measured, all of it)."""
 
     def __post_init__(self) -> None:
         finite = all(math.isfinite(v) for v in (self.gpu_memory_gib, self.kv_cache_gib, self.usable))
+        if self.free_gib is not None and not (math.isfinite(self.free_gib) and self.free_gib >= 0):
+            raise ConfigError(f"devices: free memory must be finite and >= 0, got {self.free_gib}")
         if (not finite or self.gpus < 1 or not self.gpu_memory_gib > 0 or self.kv_cache_gib < 0
                 or not 0 < self.usable <= 1):
             raise ConfigError(f"devices: need gpus >= 1, finite gpu_memory > 0, finite kv_cache >= 0 and "
@@ -48,8 +53,9 @@ class Devices:
 
     @property
     def budget_gib(self) -> float:
-        """What the engines of one phase may take of one device together."""
-        return self.gpu_memory_gib * self.usable
+        """What the engines of one phase may take of one device together: `usable` x what is free."""
+        free = self.gpu_memory_gib if self.free_gib is None else min(self.free_gib, self.gpu_memory_gib)
+        return free * self.usable
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +74,10 @@ class LocalModel:
     devices: int
     """Devices the engine spans."""
     per_device_gib: float
-    """What it takes of each of its devices: weights / devices + the KV cache allowance."""
+    """What it takes of each of its devices: a vLLM engine's `engine.per_device_gib`, else weights / devices +
+    the KV cache allowance."""
+    engine: Any = None
+    """A vLLM engine's `harness.vllm_memory.EngineMemory` (sized with devices; None otherwise)."""
 
 
 def resolve_devices(config: Any, *, gpus: int | None, gpu_memory: float | None) -> Devices | None:
@@ -92,31 +101,51 @@ def resolve_devices(config: Any, *, gpus: int | None, gpu_memory: float | None) 
 
 
 def detect_devices() -> Devices | None:
-    """The visible NVIDIA GPUs as nvidia-smi lists them (the smallest one's memory), or None; no torch import,
-    so a run the call cache answers stays light."""
-    import os
+    """The visible NVIDIA GPUs as nvidia-smi lists them (the smallest one's total, the least free), or None; no
+    torch import, so a run the call cache answers stays light."""
     import shutil
     import subprocess
 
     if shutil.which("nvidia-smi") is None or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.total,memory.free",
+                              "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    rows = [line.split(",") for line in out.strip().splitlines() if line.strip()]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return devices_from_smi(out, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def devices_from_smi(out: str, visible: str | None) -> Devices | None:
+    """`Devices` from nvidia-smi's `index,uuid,memory.total,memory.free` CSV (MiB), among `visible` (the
+    `CUDA_VISIBLE_DEVICES` value: indices, or GPU UUIDs or their unique prefixes, as CUDA reads them)."""
+    rows = [[v.strip() for v in line.split(",")] for line in out.strip().splitlines() if line.strip()]
+    rows = [r for r in rows if len(r) >= 4]
     if visible:
-        wanted = {v.strip() for v in visible.split(",")}
-        rows = [r for r in rows if r[0].strip() in wanted]
-    if not rows:
+        chosen = []
+        for wanted in (v.strip() for v in visible.split(",")):
+            match = [r for r in rows if r[0] == wanted or (wanted.startswith(("GPU-", "MIG-"))
+                                                           and r[1].startswith(wanted))]
+            if len(match) != 1:
+                break  # CUDA stops at the first entry it cannot resolve
+            if match[0] not in chosen:
+                chosen.append(match[0])
+        rows = chosen
+    try:
+        total = min(float(r[2]) for r in rows) / 1024 if rows else 0.0
+        free = min(float(r[3]) for r in rows) / 1024 if rows else 0.0
+    except ValueError:
         return None
-    return Devices(gpus=len(rows), gpu_memory_gib=min(float(r[1]) for r in rows) / 1024)
+    if not rows or total <= 0:
+        return None
+    return Devices(gpus=len(rows), gpu_memory_gib=total, free_gib=free)
 
 
 def local_models(pool: Any, keys: Iterable[str], devices: Devices | None) -> dict[str, LocalModel]:
-    """Size every local model among `keys` from its config.json (nothing loads).
+    """Size every local model among `keys` from its config.json (nothing loads); a vLLM engine's memory as
+    `harness.vllm_memory` computes it, with its `max_model_len` (the backend option, where `fit_context` or the
+    config set it; else `DEFAULT_PROMPT_TOKENS` + `DEFAULT_MAX_TOKENS`).
 
     Raises:
         ConfigError: naming the model whose config cannot be read or counted.
@@ -131,22 +160,59 @@ def local_models(pool: Any, keys: Iterable[str], devices: Devices | None) -> dic
         inner = backend.backend
         source = inner.source
         try:
-            size = model_size(read_config(source.path, revision=source.revision), dtype=inner.options.dtype)
+            config = read_config(source.path, revision=source.revision)
+            size = model_size(config, dtype=inner.options.dtype)
+            spans = engine_devices(inner, devices, config=config)
+            engine = (vllm_engine(config, inner.options, spans, devices)
+                      if inner.kind == "vllm" and devices is not None else None)
         except ConfigError as exc:
             raise ConfigError(f"cannot size {key}: {exc}") from None
-        spans = engine_devices(inner, devices)
         kv = devices.kv_cache_gib if devices is not None else 0.0
+        per_device = engine.per_device_gib if engine is not None else size.gib / spans + kv
         found[key] = LocalModel(key, inner.kind, source.path, size.params.total, size.dtype, size.gib, spans,
-                                size.gib / spans + kv)
+                                per_device, engine)
     return found
 
 
-def engine_devices(backend: Any, devices: Devices | None) -> int:
-    """How many devices a local engine spans (see the module docstring)."""
+def vllm_engine(config: Mapping[str, Any], options: Any, tp: int, devices: Devices) -> Any:
+    """A vLLM engine's `EngineMemory` on `tp` of `devices` (see `local_models`)."""
+    from harness.vllm_memory import DEFAULT_MAX_TOKENS, DEFAULT_PROMPT_TOKENS, context_length, engine_memory, \
+        model_limit
+
+    length = options.max_model_len or context_length(DEFAULT_PROMPT_TOKENS, DEFAULT_MAX_TOKENS,
+                                                     model_limit=model_limit(config))
+    return engine_memory(config, tp=tp, max_model_len=length, dtype=options.dtype, kv_cache_gib=devices.kv_cache_gib,
+                         enforce_eager=options.enforce_eager)
+
+
+def fit_context(pool: Any, keys: Iterable[str], *, longest_prompt: int, max_tokens: int) -> None:
+    """Give every local vLLM engine among `keys` without a `max_model_len` the run's longest request
+    (`harness.vllm_memory.context_length`); one the config sets is kept."""
+    from harness.vllm_memory import context_length
+
+    length = context_length(longest_prompt, max_tokens)
+    for key in keys:
+        backend = pool.backend(key)
+        inner = backend.backend
+        if backend.local and inner.kind == "vllm" and inner.options.max_model_len is None:
+            inner.options = dataclasses.replace(inner.options, max_model_len=length)
+
+
+def engine_devices(backend: Any, devices: Devices | None, *, config: Mapping[str, Any] | None = None) -> int:
+    """How many devices a local engine spans: a vLLM engine its `tensor_parallel_size`, else the largest its
+    heads divide on the devices there are (with `config`; every device without); an `hf:` model one with
+    `cuda:N`, every device otherwise."""
     gpus = devices.gpus if devices is not None else 1
     options = backend.options
     if backend.kind == "vllm":
-        return options.tensor_parallel_size or gpus
+        if options.tensor_parallel_size:
+            return options.tensor_parallel_size
+        if config is None:
+            return gpus
+        from harness.vllm_memory import largest_tensor_parallel
+        from harness.weights import attention_shape
+
+        return largest_tensor_parallel(attention_shape(config), gpus)
     return 1 if options.device.startswith("cuda:") else gpus
 
 
@@ -179,25 +245,28 @@ def ways_out(models: Mapping[str, LocalModel], devices: Devices) -> str:
 
 def placements(phases: Iterable[Phase], models: Mapping[str, LocalModel],
                devices: Devices | None) -> dict[str, dict[str, Any]]:
-    """Key -> the backend options each local engine starts with: its devices (`tensor_parallel_size` of a
-    vLLM engine) and its share of each device (`gpu_memory_utilization`); none without devices."""
+    """Key -> the backend options each local vLLM engine starts with: its plan's numbers
+    (`harness.vllm_memory.engine_kwargs`); none without devices."""
     if devices is None:
         return {}
+    from harness.vllm_memory import engine_kwargs
+
     out: dict[str, dict[str, Any]] = {}
     for phase in phases:
         for key in phase.models:
             m = models[key]
-            if m.kind == "vllm":
-                share = round(min(devices.usable, m.per_device_gib / devices.gpu_memory_gib), 4)
-                out[key] = {"tensor_parallel_size": m.devices, "gpu_memory_utilization": share}
+            if m.kind == "vllm" and m.engine is not None:
+                out[key] = engine_kwargs(m.engine, devices.gpu_memory_gib)
     return out
 
 
 def place(pool: Any, placed: Mapping[str, Mapping[str, Any]]) -> None:
-    """Give each local engine its placement before it loads (its options change; its identity does not)."""
+    """Give each local engine its placement before it loads (its options change; its identity does not); a
+    number its options have no field for is left to `engine_kwargs` callers."""
     for key, options in placed.items():
         inner = pool.backend(key).backend
-        inner.options = dataclasses.replace(inner.options, **options)
+        known = {f.name for f in dataclasses.fields(inner.options)}
+        inner.options = dataclasses.replace(inner.options, **{k: v for k, v in options.items() if k in known})
 
 
 ADAM_BYTES_PER_PARAM = 16
@@ -223,11 +292,44 @@ class TrainingLoad:
 
 
 def training_load(params: int, *, processes: int, colocated_share: float, frozen: Mapping[str, float],
-                  devices: Devices) -> TrainingLoad:
+                  devices: Devices, activations_gib: float | None = None) -> TrainingLoad:
     """The per-GPU load of a training job: `params` trained over `processes` ZeRO-3 ranks, TRL's colocated vLLM
-    taking `colocated_share` of the device (0 without), `frozen` model -> its GiB where it is loaded in-process."""
+    taking `colocated_share` of the device (0 without), `frozen` model -> its GiB where it is loaded in-process,
+    and `activations_gib` (`activation_gib`; None: the device's `kv_cache_gib`, a flat allowance)."""
     return TrainingLoad(params * ADAM_BYTES_PER_PARAM / processes / GIB, colocated_share * devices.gpu_memory_gib,
-                        dict(frozen), devices.kv_cache_gib)
+                        dict(frozen), devices.kv_cache_gib if activations_gib is None else activations_gib)
+
+
+ACTIVATION_BYTES_PER_HIDDEN = 34
+"""Bytes one transformer layer keeps per token and hidden unit for its backward in 16-bit training, attention
+scores not stored (flash/SDPA attention): Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", section 4.1, `sbh(34 + 5as/h)` less the `5as/h` scores term."""
+LOGIT_BYTES = 10
+"""Bytes a completion token's logit takes over the vocabulary: bf16 logits (2), their float32 copy (4) and the
+float32 log-softmax TRL computes over them (4) (`trl/trainer/utils.py:538`, `selective_log_softmax`, called
+from `GRPOTrainer._get_per_token_logps_and_entropies`, `trl/trainer/grpo_trainer.py:1419`)."""
+
+
+def activation_gib(config: Mapping[str, Any], *, batch: int, prompt_tokens: int, completion_tokens: int,
+                   checkpointing: bool) -> float:
+    """Peak activations of one training micro-batch on one GPU: `batch` sequences of `prompt_tokens` +
+    `completion_tokens`.
+
+    Without gradient checkpointing every layer keeps `ACTIVATION_BYTES_PER_HIDDEN` x hidden a token; with it,
+    each layer keeps only its bf16 input (2 x hidden a token) and one layer at a time is recomputed in full.
+    On top: the logits of the completion tokens over the vocabulary (`LOGIT_BYTES` each).
+
+    Raises:
+        ConfigError: a config that cannot be read.
+    """
+    from harness.weights import attention_shape
+
+    shape = attention_shape(config)
+    tokens = batch * (prompt_tokens + completion_tokens)
+    layer = tokens * shape.hidden * ACTIVATION_BYTES_PER_HIDDEN
+    kept = shape.layers * tokens * shape.hidden * 2 + layer if checkpointing else shape.layers * layer
+    logits = batch * completion_tokens * shape.vocab * LOGIT_BYTES
+    return (kept + logits) / GIB
 
 
 def check_training(load: TrainingLoad, devices: Devices) -> None:

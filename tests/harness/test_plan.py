@@ -205,3 +205,43 @@ def test_an_endpoint_for_no_model_of_the_run_stops_plan(tmp_path: Path):
     served = harness("plan", "table1", "--config", str(rows), "--endpoints", str(endpoints), cwd=tmp_path, env=OFFLINE)
     assert served.returncode == 0, served.stderr
     assert f"vllm:{folder} (served)" in served.stdout and "every model the rows call is served" in served.stdout
+
+
+# Free memory, GPU UUIDs, training activations, vLLM's range for TRL.
+
+SMI = ("0, GPU-aaaa1111-0000, 81559, 81000\n1, GPU-bbbb2222-0000, 81559, 30000\n"
+       "2, GPU-cccc3333-0000, 81559, 81000\n")
+
+
+def test_cuda_visible_devices_of_gpu_uuids_select_those_gpus_and_free_memory_bounds_the_budget():
+    from harness.plan import devices_from_smi
+
+    found = devices_from_smi(SMI, "GPU-cccc3333,GPU-aaaa")
+    assert found is not None and found.gpus == 2 and round(found.free_gib, 1) == 79.1
+    busy = devices_from_smi(SMI, "1")  # a server holds 50 GiB of GPU 1
+    assert busy is not None and busy.gpus == 1
+    assert busy.budget_gib == pytest.approx(30000 / 1024 * 0.92)
+    assert devices_from_smi(SMI, None).gpus == 3  # type: ignore[union-attr]
+
+
+def test_activations_follow_sequence_batch_and_checkpointing():
+    from harness.plan import activation_gib
+
+    config = {"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936}
+    full = activation_gib(config, batch=8, prompt_tokens=3072, completion_tokens=1024, checkpointing=False)
+    ckpt = activation_gib(config, batch=8, prompt_tokens=3072, completion_tokens=1024, checkpointing=True)
+    tokens = 8 * 4096
+    logits = 8 * 1024 * 151936 * 10
+    assert ckpt * 2**30 == pytest.approx(36 * tokens * 4096 * 2 + tokens * 4096 * 34 + logits)
+    assert full * 2**30 == pytest.approx(36 * tokens * 4096 * 34 + logits)
+    assert ckpt > 4.0  # the flat 4 GiB allowance was short at the generator-8b settings
+
+
+def test_doctor_names_a_vllm_outside_trls_range():
+    from harness.commands.doctor import check_trl_vllm
+
+    assert check_trl_vllm("1.16.0", "0.31.0")[0]  # type: ignore[index]
+    bad = check_trl_vllm("1.16.0", "0.32.0")
+    assert bad is not None and not bad[0] and "0.22.0-0.31.0" in bad[2]
+    assert check_trl_vllm(None, "0.32.0") is None

@@ -433,3 +433,39 @@ def test_device_assignment_needs_no_list_of_every_gpu() -> None:
 
     assert assign_devices([_model("a", tp=2), _model("b", devices=(0,))], 10**15) == {
         ("a", 0): (1, 2), ("b", 0): (0,)}
+
+
+def test_two_models_devices_may_not_overlap_and_a_replica_gets_tp_times_dp_gpus():
+    import dataclasses
+
+    from harness.errors import ConfigError
+    from harness.serve import assign_devices, data_parallel_size, left_for_run
+
+    with pytest.raises(ConfigError, match="GPU 1 is also given to a"):
+        assign_devices([_model("a", tp=2, devices=(0, 1)), _model("b", tp=2, devices=(1, 2))], 4)
+    assert data_parallel_size("m", ["--data-parallel-size", "2"]) == 2
+    assert data_parallel_size("m", ["--data-parallel-size=4"]) == 4
+    dp = dataclasses.replace(_model("a", tp=2), data_parallel_size=2)
+    placed = assign_devices([dp, _model("b")], 8, set_aside=2)
+    assert placed == {("a", 0): (0, 1, 2, 3), ("b", 0): (4,)}
+    assert left_for_run(placed, 8) == "5,6,7"
+    with pytest.raises(ConfigError, match="2 set aside"):
+        assign_devices([dp, _model("b", tp=4)], 8, set_aside=2)
+
+
+def test_serve_fits_tensor_parallelism_with_one_sequence_and_the_profiling_peak(tmp_path: Path):
+    import json
+    from types import SimpleNamespace
+
+    from harness.plan import Devices
+    from harness.serve import fit_tensor_parallel
+
+    config = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 5120,
+              "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64,
+              "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16"}  # Qwen3-32B
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    source = SimpleNamespace(path=str(tmp_path), revision=None)
+    options = SimpleNamespace(dtype="auto", max_model_len=40960, enforce_eager=False)
+    tp, engine = fit_tensor_parallel("vllm:q32", source, options, Devices(gpus=8, gpu_memory_gib=79.2))
+    assert tp == 2 and engine.sequence_gib == 5.0  # 10 GiB a sequence over 2: weights alone fit one card
