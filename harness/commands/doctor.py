@@ -66,6 +66,7 @@ def _check_endpoint(url: str) -> tuple[bool, str, str]:
 
     from harness.backends import BackendOptions, load_backend
     from harness.errors import HarnessError
+    from harness.redact import mask_url
 
     async def probe() -> None:
         backend = load_backend("openai:probe", BackendOptions(base_url=url, timeout=5.0))
@@ -78,7 +79,7 @@ def _check_endpoint(url: str) -> tuple[bool, str, str]:
         asyncio.run(probe())
     except HarnessError as exc:
         return False, "endpoint", str(exc)
-    return True, "endpoint", f"{url} reachable"
+    return True, "endpoint", f"{mask_url(url)} reachable"
 
 
 def run_doctor(*, base_urls: list[str], echo: Callable[[str], None]) -> bool:
