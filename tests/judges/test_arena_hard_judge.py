@@ -56,8 +56,10 @@ class JudgeServer:
         if request.path.endswith("/models"):
             return json_response({"object": "list", "data": []})
         body = request.json()
-        if any(field in body for field in self.refuse):
-            return json_response({"error": {"message": "unknown field"}}, status=400)
+        refused = [field for field in self.refuse if field in body]
+        if refused:  # as OpenAI's API refuses a field it does not take: naming it
+            return json_response({"error": {"message": f"Unrecognized request argument supplied: {refused[0]}"}},
+                                 status=400)
         self.bodies.append(body)
         key = json.dumps(body, sort_keys=True)
         self.seen[key] = self.seen.get(key, 0) + 1
