@@ -121,6 +121,19 @@ def zero_std_share(values: Sequence[float | None], group_size: int) -> float:
     return flat / len(groups) if groups else 0.0
 
 
+def _gold_pairs(scores_in_gold_rank_order: Sequence[float], what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The scores of every pair (i, j), i ranked better than j by the annotation: (S_i, S_j) as two arrays.
+
+    Raises:
+        ValueError: for fewer than two scores.
+    """
+    s = np.asarray(scores_in_gold_rank_order, dtype=float)
+    if s.ndim != 1 or len(s) < 2:
+        raise ValueError(f"{what} needs at least 2 scores in gold order, got shape {s.shape}")
+    i, j = np.triu_indices(len(s), k=1)
+    return s[i], s[j]
+
+
 def anchor_order_accuracy(scores_in_gold_rank_order: Sequence[float]) -> float:
     """Of the pairs (i, j), i ranked better than j by the annotation, the share scored strictly in that order
     (`S_i > S_j`; a tie counts as wrong, as for the benchmarks' strict accuracy).
@@ -128,11 +141,8 @@ def anchor_order_accuracy(scores_in_gold_rank_order: Sequence[float]) -> float:
     Raises:
         ValueError: for fewer than two scores.
     """
-    s = np.asarray(scores_in_gold_rank_order, dtype=float)
-    if s.ndim != 1 or len(s) < 2:
-        raise ValueError(f"anchor order accuracy needs at least 2 scores in gold order, got shape {s.shape}")
-    i, j = np.triu_indices(len(s), k=1)
-    return float(np.mean(s[i] > s[j]))
+    better, worse = _gold_pairs(scores_in_gold_rank_order, "anchor order accuracy")
+    return float(np.mean(better > worse))
 
 
 def anchor_gap(scores_in_gold_rank_order: Sequence[float]) -> float:
@@ -142,11 +152,8 @@ def anchor_gap(scores_in_gold_rank_order: Sequence[float]) -> float:
     Raises:
         ValueError: for fewer than two scores.
     """
-    s = np.asarray(scores_in_gold_rank_order, dtype=float)
-    if s.ndim != 1 or len(s) < 2:
-        raise ValueError(f"the anchor gap needs at least 2 scores in gold order, got shape {s.shape}")
-    i, j = np.triu_indices(len(s), k=1)
-    return float(np.mean(s[i] - s[j]))
+    better, worse = _gold_pairs(scores_in_gold_rank_order, "the anchor gap")
+    return float(np.mean(better - worse))
 
 
 def binary_verdicts(verdicts: np.ndarray) -> np.ndarray:

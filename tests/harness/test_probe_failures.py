@@ -61,6 +61,19 @@ def _ask(url: str, *prompts: str, max_attempts: int = 3):
     return asyncio.run(go()), backend
 
 
+class Hanging:
+    """A server that takes connections and answers `/models`, but never a chat request (it counts them)."""
+
+    def __init__(self) -> None:
+        self.chats = 0
+
+    async def __call__(self, request):
+        if request.path.endswith("/models"):
+            return json_response({"object": "list", "data": []})
+        self.chats += 1
+        await asyncio.Event().wait()
+
+
 def test_a_500_during_the_structured_output_probe_is_retried_and_the_form_kept():
     server = Structured(failing=2)
     with serve_in_thread(server) as url:
@@ -128,16 +141,6 @@ def test_a_probe_that_times_out_takes_the_attempts_any_request_takes():
     """A server that takes connections and never answers a chat request: the probes (of `n > 1` and of the
     structured-output form) are the request's attempts, not attempts on top of them."""
 
-    class Hanging:
-        def __init__(self) -> None:
-            self.chats = 0
-
-        async def __call__(self, request):
-            if request.path.endswith("/models"):
-                return json_response({"object": "list", "data": []})
-            self.chats += 1
-            await asyncio.Event().wait()
-
     for attempts in (1, 2):
         server = Hanging()
         with serve_in_thread(server) as url:
@@ -158,16 +161,6 @@ def test_a_probe_that_times_out_takes_the_attempts_any_request_takes():
 def test_requests_waiting_for_a_probe_the_server_fails_share_its_failure():
     """Requests that wait for one probe (of the structured-output form, of `n > 1`) while the server hangs do not
     each probe again in turn: the probe's timeout fails them all, and only the probe reached the server."""
-
-    class Hanging:
-        def __init__(self) -> None:
-            self.chats = 0
-
-        async def __call__(self, request):
-            if request.path.endswith("/models"):
-                return json_response({"object": "list", "data": []})
-            self.chats += 1
-            await asyncio.Event().wait()
 
     for params in (SamplingParams(constraint=YES_NO), SamplingParams(n=2)):
         server = Hanging()
