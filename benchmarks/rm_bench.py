@@ -38,6 +38,12 @@ over domains of each domain's 9-cell mean, written as a weighted mean of per-pai
 that leaves cells empty (`--limit`) averages the cells it has, and `details` marks such a domain incomplete.
 `pooled_acc` is the plain accuracy over all pairs. `details` (results.json) holds each domain's matrix and
 Hard/Normal/Easy, and their means over complete domains.
+
+`gap` (Δ_gap, ours: RM-Bench reports none) is score(chosen) - score(rejected) over the same pairs the accuracy
+counts, averaged as `acc` is (over domains, over each domain's style cells, over each cell's pairs), except that
+a pair with a side unscored is left out of the mean (counted in n_failed) instead of counting as wrong; a cell
+or domain with no scored pair drops out. Its `details` hold each domain's 3x3 matrix of mean gaps and its
+Hard/Normal/Easy means, so a style bias shows as a smaller gap above the diagonal.
 """
 
 from __future__ import annotations
@@ -185,6 +191,36 @@ def matrices(records: Sequence[EvalRecord]) -> dict[str, Any]:
     return {"per_domain": per_domain, "average": metrics.rm_bench_domain_average(complete) if complete else None}
 
 
+def gap_weights(records: Sequence[EvalRecord]) -> np.ndarray:
+    """`overall_weights` over the scored pairs (an unscored pair weighs 0), so the weighted mean gap is the mean
+    over domains of the mean over cells of the cell's mean gap."""
+    scored = scoring.scored_pairs(records) > 0
+    weights = np.zeros(len(records))
+    if scored.any():
+        weights[scored] = overall_weights([r for r, s in zip(records, scored) if s])
+    return weights
+
+
+def gap_matrices(records: Sequence[EvalRecord]) -> dict[str, Any]:
+    """Per domain: the 3x3 matrix of mean gaps over the scored pairs of each cell (None: none scored) and the
+    mean of the Hard, Normal and Easy cells that have one."""
+    cells: dict[str, dict[tuple[int, int], list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if scoring.scored_pairs([r])[0]:
+            cells[_domain(r)][_cell(r)].append(scoring.pair_gap(r))
+    per_domain: dict[str, Any] = {}
+    for domain, found in sorted(cells.items()):
+        matrix = [[float(np.mean(found[(i, j)])) if found.get((i, j)) else None for j in range(3)] for i in range(3)]
+        classes: dict[str, list[float]] = defaultdict(list)
+        for i in range(3):
+            for j in range(3):
+                if matrix[i][j] is not None:
+                    classes[difficulty(i, j)].append(matrix[i][j])  # type: ignore[arg-type]
+        per_domain[domain] = {"matrix": matrix, **{k: float(np.mean(classes[k])) if classes[k] else None
+                                                   for k in ("hard", "normal", "easy")}}
+    return {"per_domain": per_domain}
+
+
 OVERALL = replace(
     scoring.PAIRWISE_ACC,
     description="RM-Bench Overall: the mean over domains of the mean of each domain's 3x3 style-matrix cells",
@@ -198,6 +234,15 @@ POOLED = replace(
     description="strict pairwise accuracy pooled over all pairs (every pair counts the same)",
 )
 
+GAP = replace(
+    scoring.PAIRWISE_GAP,
+    description="mean score gap Δ_gap: score(chosen) - score(rejected) over the pairs the accuracy counts, averaged "
+    "as RM-Bench Overall (over domains, then style cells), in the evaluator's own units (unscored pairs count in "
+    "n_failed, not in the mean)",
+    weights=gap_weights,
+    details=gap_matrices,
+)
+
 
 class RMBench:
     """RM-Bench's chosen/rejected style matrix as 9 pairwise items per prompt."""
@@ -205,7 +250,7 @@ class RMBench:
     name = "rm_bench"
     display = "RM-Bench"
     kind: Literal["pairwise"] = "pairwise"
-    metrics = (OVERALL, POOLED)
+    metrics = (OVERALL, POOLED, GAP)
 
     def load(
         self, *, data_dir: Path | None = None, limit: int | None = None, seed: int = 0

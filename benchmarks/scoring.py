@@ -18,7 +18,8 @@ Pairwise and listwise benchmarks report the score gap Δ_gap beside their accura
 `gap` in results.json): per item, score(preferred) - score(other) (a list: the mean of S_i - S_j over its pairs
 whose gold ranks differ, i the better), averaged over the scored items with its bootstrap interval. It is in the
 evaluator's own units (a rubric score in [0, 1]; a reward model's raw logit), so it compares runs of one evaluator
-kind, and it is not gated by `harness compare`.
+kind: it is not gated by `harness compare`, and a table marks no best row in its column (`ranked`). RM-Bench
+averages it as it averages its accuracy, over domains and style cells (`benchmarks.rm_bench`).
 
 Adding a benchmark with a metric of its own: define the `Metric` in its module and list it in `metrics`.
 """
@@ -89,6 +90,9 @@ class Metric:
     gated: bool = True
     """Compared by `harness compare` (False: the aggregate is a model fit whose per-item stand-in is another
     metric of the benchmark, e.g. AlpacaEval's length-controlled win rate, gated through its win rate)."""
+    ranked: bool = True
+    """A table marks the best row of its column (False: the value is in the evaluator's own units, which rows of
+    other evaluator kinds do not share, e.g. Δ_gap: a rubric score against a reward model's logit)."""
 
     def select(self, records: Sequence[EvalRecord]) -> list[EvalRecord]:
         """The records the metric is over (`applies`)."""
@@ -258,6 +262,7 @@ PAIRWISE_GAP = Metric(
     binary=False,
     weights=scored_pairs,
     gated=False,
+    ranked=False,
 )
 PAIRWISE = (PAIRWISE_ACC, PAIRWISE_GAP)
 LISTWISE_GAP = Metric(
@@ -272,6 +277,7 @@ LISTWISE_GAP = Metric(
     binary=False,
     weights=scored_lists,
     gated=False,
+    ranked=False,
 )
 LISTWISE = (TOP1_ACC, NDCG, LISTWISE_GAP)
 

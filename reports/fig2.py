@@ -15,6 +15,7 @@ its paper rows print dashes.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -106,8 +107,9 @@ def mark_panels(folder: Path, spec: TableSpec) -> None:
     write_json_atomic(Path(folder) / PANELS_FILE, {"table": spec.name, "panels": list(spec.panels)})
 
 
-def write_panel_reports(folder: Path) -> dict[str, Any]:
-    """Re-render every panel's run (no model calls), then the figure and the tables of both panels in `folder`.
+def write_panel_reports(folder: Path, *, gap: bool | None = None) -> dict[str, Any]:
+    """Re-render every panel's run (no model calls), then the figure and the tables of both panels in `folder`;
+    `gap` as `reports.report.write_reports` takes it.
 
     Raises:
         ConfigError: for a folder without panels.json, or a panel that holds no run yet.
@@ -125,8 +127,9 @@ def write_panel_reports(folder: Path) -> dict[str, Any]:
         run = Path(folder) / name
         if not (run / "manifest.json").is_file():
             raise ConfigError(f"{folder}: panel {name} has no run yet ({run}); rerun `harness run {figure.name}`")
-        payload = write_reports(run)
-        done.append((report_spec(get_table(name), payload["rows"]), payload))
+        payload = write_reports(run, gap=gap)
+        spec = dataclasses.replace(report_spec(get_table(name), payload["rows"]), gap=payload.get("gap", False))
+        done.append((spec, payload))
     drawn = [(spec, payload["results"], _PANEL_TITLES.get(spec.name, spec.name),
               "accuracy, AVG@k (%)" if spec.kind == "evaluator" else "score (Table 2's scales)")
              for spec, payload in done]

@@ -6,7 +6,11 @@ the paper. A cell with no result prints as a dash, and the notes say why (no dat
 
 A table's `layout` may turn it: `benchmarks_as_rows` prints a line per column (each followed by the paper's) and
 the rows as columns (Table 7). A table with `average` adds an Average column (Table 3), the macro mean of the
-row's columns from `results[row]["average"]` (`reports.results.macro_average`). Table 9's case study has a
+row's columns from `results[row]["average"]` (`reports.results.macro_average`): a row missing a column has
+none (a dash, and a note naming the columns), since the paper's Average is over every column; the paper's Average
+prints only where the table has all the columns the paper averaged. A table with `gap` (`harness run|report
+--gap`) also prints Δ_gap after each benchmark's columns (`TableSpec.shown`); the paper has no gap, so its row
+prints dashes there, and no best row is marked in a gap column (`Metric.ranked`). Table 9's case study has a
 renderer of its own (`reports.case_study`).
 """
 
@@ -17,12 +21,19 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
-from reports.tables import Column, TableSpec
+from reports.tables import GAP, Column, TableSpec
 
 CONVENTIONS = (
     "Strict accuracy: a tie counts as wrong; unscorable items count as wrong and are reported as n_failed. "
     "Listwise Acc: the gold best response must have the unique highest score. nDCG: relevance K - rank, linear "
     "gain, log2 discount, tied scores averaged as scikit-learn's ndcg_score. Values are AVG@k over repeats."
+)
+
+
+GAP_NOTE = (
+    "\u0394_gap columns (--gap): the mean over the scored items of score(preferred) - score(other) in the "
+    "evaluator's own units (a rubric score in [0, 1], a reward model's logit), so no best row is marked; the paper "
+    "reports no gap."
 )
 
 
@@ -42,7 +53,9 @@ def format_cell(value: float | None, col: Column) -> str:
 def best_marks(spec: TableSpec, results: Mapping[str, Any]) -> dict[tuple[str, str], str]:
     """(row label, column key) -> "best", "best-dynamic" or "best best-dynamic"."""
     marks: dict[tuple[str, str], str] = {}
-    for col in spec.columns:
+    for col in spec.shown:
+        if not col.declared().ranked:
+            continue
         values = {r.label: cell_value(results, r.label, col) for r in spec.rows}
         scored = {k: v for k, v in values.items() if v is not None}
         pick = max if col.declared().higher_is_better else min
@@ -85,18 +98,64 @@ def conventions(spec: TableSpec) -> str:
 
 def paper_cells(spec: TableSpec, paper_label: str | None) -> list[str]:
     row = spec.paper.get(paper_label) if paper_label else None
-    return [format_cell(row.get(c.key) if row else None, c) for c in spec.columns]
+    return [format_cell(row.get(c.key) if row else None, c) for c in spec.shown]
 
 
 AVERAGE_DESCRIPTION = (
     "the macro mean of the row's columns (each an AVG@k); its interval resamples each column's items on their own. "
-    "A value marked \u2020 averages only the columns that have a value."
+    "A row missing a column has no Average (a dash): the paper's Average is over all its columns."
 )
 
 
 def _average(results: Mapping[str, Any], label: str) -> dict[str, Any] | None:
+    """The row's Average where it has one over every column; None for none or a partial one."""
     found = results.get(label, {}).get("average")
-    return found if found and found.get("value") is not None else None
+    return found if found and found.get("value") is not None and not found.get("partial") else None
+
+
+def average_text(results: Mapping[str, Any], label: str) -> str:
+    """The row's Average as printed (percent, one decimal), a dash for none or a partial one."""
+    found = _average(results, label)
+    return "-" if found is None else f"{found['value'] * 100:.1f}"
+
+
+def average_counts(spec: TableSpec, results: Mapping[str, Any], label: str) -> str:
+    """How many columns the row's Average covers, naming those without a value."""
+    found = results.get(label, {}).get("average")
+    if not found:
+        return "-"
+    missing = [spec.header(c) for c in spec.columns if c.key not in found["columns"]]
+    return f"{len(found['columns'])} of {found['of']} columns" + (f" (no value in {', '.join(missing)})" if missing else "")
+
+
+def paper_average(spec: TableSpec, paper_label: str | None) -> float | None:
+    """The paper's Average of the row, where the table has exactly the columns the paper averaged (a table
+    narrowed to some benchmarks, `items:`, does not)."""
+    row = spec.paper.get(paper_label) if paper_label else None
+    if not row or row.get("average") is None:
+        return None
+    averaged = set(row) - {"average"}
+    return row["average"] if averaged == {c.key for c in spec.columns} else None
+
+
+def average_notes(spec: TableSpec, results: Mapping[str, Any]) -> list[str]:
+    """A note per row whose Average is left out for a missing column, and one when the paper's Average is over
+    other columns than the table's."""
+    if not spec.average:
+        return []
+    notes = []
+    for row in spec.rows:
+        found = results.get(row.label, {}).get("average")
+        if found and found.get("partial"):
+            missing = [spec.header(c) for c in spec.columns if c.key not in found["columns"]]
+            notes.append(f"{row.label}: no Average: no value in {', '.join(missing)} (the paper's Average is over "
+                         f"all {found['of']} columns; the mean of the other {len(found['columns'])} is kept in "
+                         "results.json, marked partial)")
+    papers = [r for r in spec.rows if r.paper and (spec.paper.get(r.paper) or {}).get("average") is not None]
+    if any(paper_average(spec, r.paper) is None for r in papers):
+        notes.append("the paper's Average is over all of its benchmarks, which this table does not have: its "
+                     "Average prints a dash")
+    return notes
 
 
 def _average_marks(spec: TableSpec, results: Mapping[str, Any]) -> dict[str, str]:
@@ -123,7 +182,7 @@ def _cells(spec: TableSpec, results: Mapping[str, Any], *, bold: str, underline:
     out = []
     for row in spec.rows:
         ours, counts = [], []
-        for col in spec.columns:
+        for col in spec.shown:
             text = format_cell(cell_value(results, row.label, col), col)
             ours.append(_marked(text, marks.get((row.label, col.key), ""), bold=bold, underline=underline))
             cell = results.get(row.label, {}).get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
@@ -131,11 +190,10 @@ def _cells(spec: TableSpec, results: Mapping[str, Any], *, bold: str, underline:
                           if cell else "-")
         paper = paper_cells(spec, row.paper)
         if spec.average:
-            found = _average(results, row.label)
-            text = "-" if found is None else f"{found['value'] * 100:.1f}" + ("\u2020" if found["partial"] else "")
-            ours.append(_marked(text, averages.get(row.label, ""), bold=bold, underline=underline))
-            counts.append(f"{len(found['columns'])} of {found['of']} columns" if found else "-")
-            value = (spec.paper.get(row.paper) or {}).get("average") if row.paper else None
+            ours.append(_marked(average_text(results, row.label), averages.get(row.label, ""), bold=bold,
+                                underline=underline))
+            counts.append(average_counts(spec, results, row.label))
+            value = paper_average(spec, row.paper)
             paper.append("-" if value is None else f"{value:.1f}")
         out.append({"label": row.label, "ours": ours, "paper": paper, "counts": counts})
     return out
@@ -147,7 +205,7 @@ def _marked(text: str, mark: str, *, bold: str, underline: str) -> str:
 
 
 def _column_names(spec: TableSpec) -> list[str]:
-    return [spec.header(c) for c in spec.columns] + (["Average"] if spec.average else [])
+    return [spec.header(c) for c in spec.shown] + (["Average"] if spec.average else [])
 
 
 def _lines(spec: TableSpec, cells: list[dict[str, Any]], *, paper: str, what: str = "ours"
@@ -181,24 +239,24 @@ def render_markdown(spec: TableSpec, results: Mapping[str, Any], notes: list[str
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(line) + " |" for line in body]
     lines += ["", conventions(spec), ""]
-    lines += [f"- {spec.header(c)}: {c.declared().description}" for c in spec.columns]
+    lines += [f"- {spec.header(c)}: {c.declared().description}" for c in spec.shown]
     if spec.average:
         lines.append(f"- Average: {AVERAGE_DESCRIPTION}")
-    lines += [f"- {n}" for n in notes]
+    if any(c.metric == GAP for c in spec.shown):
+        lines.append(f"- {GAP_NOTE}")
+    lines += [f"- {n}" for n in [*average_notes(spec, results), *notes]]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _tex_escape(text: str) -> str:
     for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
-                 ("\u2020", r"$^\dagger$")):
+                 ("\u2020", r"$^\dagger$"), ("\u0394", r"$\Delta$")):
         text = text.replace(a, b)
     return text
 
 
 def render_latex(spec: TableSpec, results: Mapping[str, Any]) -> str:
     cells = _cells(spec, results, bold=r"\textbf{{{}}}", underline=r"\underline{{{}}}")
-    for c in cells:  # our cells carry LaTeX marks already; only the dagger needs escaping
-        c["ours"] = [t.replace("\u2020", r"$^\dagger$") for t in c["ours"]]
     head, body = _lines(spec, cells, paper=r"\quad\textit{paper}")
     lines = [
         r"\begin{table}[t]",
@@ -225,7 +283,7 @@ def render_csv(spec: TableSpec, results: Mapping[str, Any]) -> str:
     for row in spec.rows:
         res = results.get(row.label, {})
         paper = spec.paper.get(row.paper, {}) if row.paper else {}
-        for col in spec.columns:
+        for col in spec.shown:
             cell = res.get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
             scale = col.declared().scale
             if cell:
@@ -235,11 +293,14 @@ def render_csv(spec: TableSpec, results: Mapping[str, Any]) -> str:
             else:
                 values = [None, None, paper.get(col.key), None, None, None, None, None, None]
             writer.writerow([row.label, res.get("evaluator"), col.benchmark, col.metric, *values])
-        if spec.average:  # benchmark `average`, metric `macro`; n: the columns averaged
+        if spec.average:  # benchmark `average`, metric `macro`; n: the columns with a value (none: no Average)
             found = _average(results, row.label)
+            given = results.get(row.label, {}).get("average") or {}
             values = [None] * 9 if found is None else [
                 found["value"] * 100, None, None, len(found["columns"]), None, None, found["ci_low"] * 100,
                 found["ci_high"] * 100, None]
-            values[2] = paper.get("average")
+            if found is None and given.get("columns"):
+                values[3] = len(given["columns"])
+            values[2] = paper_average(spec, row.paper)
             writer.writerow([row.label, res.get("evaluator"), "average", "macro", *values])
     return buf.getvalue()

@@ -1,7 +1,8 @@
 """`harness report RUN_DIR`: results.json and table.md / table.tex / table.csv from a run's records (no model calls).
 
-A table with an Average (table3) gets it in results.json per row (`average`); a case study (table9) is written by
-`reports.case_study`; a figure of panels (fig2's folder) re-renders each panel's run, then the figure
+A table with an Average (table3) gets it in results.json per row (`average`); with `gap` (`harness run|report
+--gap`, recorded in the run's manifest as config `gap`) an evaluator table also prints Δ_gap beside each
+benchmark's accuracy (results.json holds it either way); a case study (table9) is written by `reports.case_study`; a figure of panels (fig2's folder) re-renders each panel's run, then the figure
 (`reports.fig2`).
 """
 
@@ -66,11 +67,18 @@ def policy_notes(manifest: dict[str, Any], results: dict[str, Any]) -> list[str]
     return notes
 
 
-def write_reports(run_dir: Path) -> dict[str, Any]:
+def gap_wanted(manifest: dict[str, Any], gap: bool | None = None) -> bool:
+    """Whether the tables print the Δ_gap columns: `gap` where given, else what the run recorded (config `gap`,
+    `harness run --gap`), else not."""
+    return bool((manifest.get("config") or {}).get("gap")) if gap is None else gap
+
+
+def write_reports(run_dir: Path, *, gap: bool | None = None) -> dict[str, Any]:
     """Recompute results from `run_dir/records.jsonl` and write results.json and the three tables.
 
     Reads the records without touching them, so it is safe while a run writes them (a last line still being
-    written is ignored, and a note says so).
+    written is ignored, and a note says so). `gap`: print the Δ_gap columns (None: as the run recorded,
+    `gap_wanted`).
 
     Raises:
         ConfigError: for a folder that holds no run (or another verb's output), or unreadable records.
@@ -79,7 +87,7 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
     from reports.fig2 import panels_of, write_panel_reports
 
     if panels_of(run_dir) is not None:
-        return write_panel_reports(run_dir)
+        return write_panel_reports(run_dir, gap=gap)
     paths = OutputPaths.run_dir(run_dir)
     if run_dir.is_file():
         raise ConfigError(
@@ -99,7 +107,7 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
     config = manifest.get("config", {})
     table = config.get("table")
     if table:
-        spec = report_spec(get_table(table), rows)
+        spec = dataclasses.replace(report_spec(get_table(table), rows), gap=gap_wanted(manifest, gap))
     else:
         spec = adhoc_table(rows, list(manifest.get("benchmark_kinds") or dict.fromkeys(r.benchmark for r in records)))
     results = compute_results(records, rows)
@@ -110,7 +118,8 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
     notes += [f"{what} unavailable: {why}" for what, why in (manifest.get("unavailable") or {}).items()]
     notes += [f"{label}: {ev}" for label, ev in rows.items()]
     notes += policy_notes(manifest, results) + list(spec.notes)
-    payload = {"table": spec.name, "kind": spec.kind, "rows": rows, "results": results, "notes": notes,
+    payload = {"table": spec.name, "kind": spec.kind, "gap": spec.gap, "rows": rows, "results": results,
+               "notes": notes,
                "conventions": {"ndcg_ties": NDCG_TIES, "strict": "ties and unscorable items count as wrong"}}
     if spec.layout == "case_study":
         from reports.case_study import write_case_study

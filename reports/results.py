@@ -132,7 +132,9 @@ def macro_average(columns: Sequence[Any], results: Mapping[str, Any], records: I
     their own, over the same complete repeats as its value). `columns`: `reports.tables.Column`s.
 
     A column without a value leaves the mean to the others: `columns` lists those averaged, `of` how many the
-    table has (`partial` when fewer); no column with a value gives None.
+    table has (`partial` when fewer); no column with a value gives None. A partial mean is kept here for the
+    record, but the tables print no Average for it (`reports.render.average_text`): the paper's Average is
+    over every column, and a mean over fewer is not comparable with it.
     """
     grouped: dict[tuple[str, str], dict[int, list[EvalRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in records:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from benchmarks.scoring import Metric, metric_of
+from benchmarks.scoring import PAIRWISE_GAP, Metric, metric_of
 from harness.errors import ConfigError
 from harness.registry import lookup
 from reports.paper import TABLE1, TABLE2, TABLE6, TABLE8
@@ -24,6 +24,9 @@ from reports.results import benchmark
 
 Preset = Literal["paper", "cpu"]
 Layout = Literal["rows", "benchmarks_as_rows", "case_study"]
+
+GAP = PAIRWISE_GAP.name
+"""The score gap's metric name (`benchmarks.scoring.PAIRWISE_GAP`, `LISTWISE_GAP`): what `TableSpec.gap` adds."""
 
 TABLE_KEYS = ("generators", "verifiers", "coevolve")
 """Run config keys only some tables read (`TableSpec.reads`)."""
@@ -116,6 +119,10 @@ class TableSpec:
     error."""
     shape: Callable[[TableSpec, Any], TableSpec] | None = field(default=None, compare=False)
     """Its rows as a run config makes them from the keys it `reads` (`reports.rows`); None: `rows` as given."""
+    gap: bool = False
+    """Also print the score gap Δ_gap (`benchmarks.scoring.PAIRWISE_GAP`) after each benchmark's columns where
+    the benchmark declares one (`shown`); off by default, as the paper prints none (`harness run|report
+    --gap`). An Average still averages `columns` alone."""
 
     @property
     def kind(self) -> Literal["evaluator", "policy"]:
@@ -157,11 +164,26 @@ class TableSpec:
     def benchmarks(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c.benchmark for c in self.columns))
 
+    @property
+    def shown(self) -> tuple[Column, ...]:
+        """The columns as printed: `columns`, and with `gap` a `gap` column after each benchmark's last one where
+        the benchmark declares a `gap` metric and the table does not show it already."""
+        if not self.gap:
+            return self.columns
+        out: list[Column] = []
+        for i, col in enumerate(self.columns):
+            out.append(col)
+            last = all(c.benchmark != col.benchmark for c in self.columns[i + 1:])
+            extra = Column(col.benchmark, GAP)
+            if last and extra not in self.columns and any(m.name == GAP for m in benchmark(col.benchmark).metrics):
+                out.append(extra)
+        return tuple(out)
+
     def header(self, col: Column) -> str:
         """The paper's name for a column: the benchmark's display name, followed by the metric's where the
         table shows several metrics of that benchmark (`AEOLLM Acc.`, `AEOLLM nDCG`; `RM-Bench`)."""
         name = benchmark(col.benchmark).display
-        if sum(c.benchmark == col.benchmark for c in self.columns) > 1:
+        if sum(c.benchmark == col.benchmark for c in self.shown) > 1:
             name += " " + col.declared().display
         return name
 

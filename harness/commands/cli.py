@@ -349,6 +349,9 @@ def report(
         Optional[tuple[str, str]],
         typer.Option("--explain", metavar="ROW BENCHMARK", help="Print one cell's provenance instead."),
     ] = None,
+    gap: Annotated[Optional[bool], typer.Option(
+        "--gap/--no-gap", help="Print the score-gap columns beside accuracy, or not (default: as `harness run "
+        "--gap` recorded).")] = None,
 ) -> None:
     """Re-render a run's results.json and tables from its records (no model calls; works on partial runs).
 
@@ -362,7 +365,7 @@ def report(
 
         typer.echo(explain_cell(run_dir, *explain))
         return
-    write_reports(run_dir)
+    write_reports(run_dir, gap=gap)
     typer.echo((run_dir / "table.md").read_text())
 
 

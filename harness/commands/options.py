@@ -118,6 +118,10 @@ class TableRun:
     coevolve: Annotated[Optional[Path], typer.Option(
         "--coevolve", help="fig2, table9: a `harness train coevolve` output dir; its checkpoints are the rows (G0, "
         "G1, G2, G2-stale; P1, P2, P2-stale).")] = None
+    gap: Annotated[bool, typer.Option(
+        "--gap", help="Evaluator tables: also print the score gap (mean score(preferred) - score(other)) after each "
+        "benchmark's accuracy; the paper's rows print dashes there. Recorded in the run: `harness report` keeps "
+        "it. results.json holds the gap either way.")] = False
 
     def overrides(self, table: str) -> dict[str, Any]:
         """The run config's fields given here (`harness.config.load_run_config` puts them over the file's)."""

@@ -32,20 +32,29 @@ class Outcome:
     status: Status
     tied: bool
     failed: bool
-    values: dict[str, float]
-    """Every declared metric that applies: its per-item value."""
+    values: dict[str, float | None]
+    """Every declared metric that applies: its per-item value, None where the metric leaves the record out of
+    its mean (weight 0: Δ_gap of a pair with a side unscored, a judgment that failed)."""
 
 
 def outcome(bench: Any, record: EvalRecord) -> Outcome:
     """How `record` counts under the metrics `bench` declares (see the module docstring)."""
     metrics = [m for m in bench.metrics if m.applies is None or m.applies(record)]
-    values = {m.name: float(m.per_item(record)) for m in metrics}
+    values = {m.name: _counted(m, record) for m in metrics}
     if not metrics:
         return Outcome(None, None, "scored", False, bool(record.failures), values)
     head = metrics[0]
-    value = values[head.name]
+    value = float(head.per_item(record))
     status: Status = ("right" if value == 1.0 else "wrong") if head.binary else "scored"
     return Outcome(head.name, value, status, bool(head.tied(record)), bool(head.failed(record)), values)
+
+
+def _counted(metric: Any, record: EvalRecord) -> float | None:
+    """The record's per-item value under `metric`, None where the metric gives it no weight."""
+    weights = metric.item_weights([record])
+    if weights is not None and not weights[0] > 0:
+        return None
+    return float(metric.per_item(record))
 
 
 def score_order(scores: Sequence[float | None]) -> dict[str, list]:

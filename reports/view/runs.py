@@ -1,5 +1,7 @@
 """One run as the page's overview shows it: its table as `table.md` renders it (the paper's numbers beside
-ours), the counts under it, its settings and model identities from the manifest, and its failure summary.
+ours; table3's Average), the counts under it, its settings and model identities from the manifest, and its
+failure summary. The overview's table prints the score gap Δ_gap after each benchmark's columns wherever the
+results hold one (whether or not the run's table.md was asked for it with `--gap`).
 
 Read-only and model-free, like `harness report`: a partial run (one still being written, or killed) is shown as
 far as its records go.
@@ -19,10 +21,23 @@ from harness.runstore import Manifest, OutputPaths, RecordLog
 
 # The cells exactly as table.md prints them (value, decimals, bold and underline marks, the paper's row), and
 # the notes `harness report` writes under it.
-from reports.render import best_marks, cell_value, conventions, format_cell, paper_cells, render_markdown
-from reports.report import adhoc_table, policy_notes
-from reports.results import compute_results
-from reports.tables import TableSpec, get_table
+from reports.render import (
+    AVERAGE_DESCRIPTION,
+    GAP_NOTE,
+    average_counts,
+    average_notes,
+    average_text,
+    best_marks,
+    cell_value,
+    conventions,
+    format_cell,
+    paper_average,
+    paper_cells,
+    render_markdown,
+)
+from reports.report import adhoc_table, gap_wanted, policy_notes
+from reports.results import compute_results, macro_average
+from reports.tables import GAP, TableSpec, get_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,22 +129,37 @@ def _notes(run: RunData, spec: TableSpec, results: dict[str, Any]) -> list[str]:
 
 def _table(spec: TableSpec, results: dict[str, Any]) -> dict[str, Any]:
     marks = best_marks(spec, results)
+    averages = {r.label: average_text(results, r.label) for r in spec.rows}
+    best = max((float(v) for v in averages.values() if v != "-"), default=None)
     rows = []
     for row in spec.rows:
         cells, counts = [], []
-        for col in spec.columns:
+        for col in spec.shown:
             mark = marks.get((row.label, col.key), "").split()
             cells.append({"text": format_cell(cell_value(results, row.label, col), col), "bench": col.benchmark,
                           "best": "best" in mark, "best_dynamic": "best-dynamic" in mark})
             cell = results.get(row.label, {}).get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
             counts.append(f"{cell['n'] * cell['repeats']} ({cell['n_failed']} failed), ties {cell['tie_rate']:.0%}"
                           if cell else "-")
+        paper = paper_cells(spec, row.paper)
+        if spec.average:  # not a benchmark's cell: it opens no items
+            text = averages[row.label]
+            cells.append({"text": text, "bench": None, "best": text != "-" and float(text) == best,
+                          "best_dynamic": False})
+            counts.append(average_counts(spec, results, row.label))
+            value = paper_average(spec, row.paper)
+            paper.append("-" if value is None else f"{value:.1f}")
         rows.append({"label": row.label, "spec": results.get(row.label, {}).get("evaluator"), "cells": cells,
-                     "counts": counts, "paper": paper_cells(spec, row.paper), "paper_label": row.paper})
+                     "counts": counts, "paper": paper, "paper_label": row.paper})
+    descriptions = [f"{spec.header(c)}: {c.declared().description}" for c in spec.shown]
+    if spec.average:
+        descriptions.append(f"Average: {AVERAGE_DESCRIPTION}")
+    if any(c.metric == GAP for c in spec.shown):
+        descriptions.append(GAP_NOTE)
     return {"title": spec.title, "kind": spec.kind, "head": "Policy" if spec.kind == "policy" else "Evaluator",
-            "columns": [spec.header(c) for c in spec.columns],
-            "descriptions": [f"{spec.header(c)}: {c.declared().description}" for c in spec.columns],
-            "conventions": conventions(spec), "rows": rows}
+            "columns": [spec.header(c) for c in spec.shown] + (["Average"] if spec.average else []),
+            "descriptions": descriptions + average_notes(spec, results), "conventions": conventions(spec),
+            "rows": rows}
 
 
 def failure_place(entry: dict[str, Any]) -> str:
@@ -179,6 +209,12 @@ def overview(run: RunData) -> dict[str, Any]:
     """The overview of one run (see the module docstring), with `markdown`: table.md's text as rendered now."""
     spec = table_spec(run)
     results = compute_results(run.records, run.rows)
+    if spec.average and spec.layout != "case_study":
+        for label, average in macro_average(spec.columns, results, run.records, run.rows).items():
+            results[label]["average"] = average
     notes = _notes(run, spec, results)
-    return {"table": _table(spec, results), "notes": notes, "settings": _settings(run),
-            "failures": failure_summary(run), "markdown": render_markdown(spec, results, notes)}
+    held = any(GAP in cell for row in results.values() for cell in row.get("benchmarks", {}).values())
+    as_run = dataclasses.replace(spec, gap=gap_wanted(run.manifest))
+    return {"table": _table(dataclasses.replace(spec, gap=held), results), "notes": notes,
+            "settings": _settings(run), "failures": failure_summary(run),
+            "markdown": render_markdown(as_run, results, notes)}

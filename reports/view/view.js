@@ -138,7 +138,7 @@
       const ev = RUNS[n].evaluators.findIndex(function (e) { return e.spec === row.spec; });
       body.push(h("tr", null, h("td", null, row.label), row.cells.map(function (c) {
         const b = benchIndex(c.bench);
-        if (ev < 0 || !cells.has(n + "|" + ev + "|" + b)) return h("td", null, c.text);
+        if (ev < 0 || !cells.has(n + "|" + ev + "|" + b)) return h("td", { class: c.best ? "best" : null }, c.text);
         const cls = "cell" + (c.best ? " best" : "") + (c.best_dynamic ? " bestdyn" : "");
         return h("td", null, h("button", {
           type: "button", class: cls, "data-cell": row.label + "|" + c.bench, "data-run": n,

@@ -196,3 +196,31 @@ def test_overall_equals_the_upstream_matrix_mean_on_uneven_correctness(items):
             (int(i.meta["chosen_style"]), int(i.meta["rejected_style"]), correct(i)))
     official = np.mean([metrics.rm_bench_matrix(rows)["overall"] for rows in by_domain.values()])
     assert OVERALL.result(records).value == pytest.approx(official, abs=1e-12)
+
+
+def test_the_score_gap_is_averaged_over_the_same_domains_and_style_cells_as_the_accuracy(items):
+    """Δ_gap on RM-Bench: score(chosen) - score(rejected), the mean over domains of the mean over style cells of
+    the cell's mean over scored pairs; an unscored pair is left out of the mean and counted in n_failed."""
+    from harness.records import EvalRecord
+    from reports.results import compute_results
+
+    def gap(i) -> float:  # chat 0.3; code -0.2 in the hard cells, 0.4 elsewhere (cell mean 0.2); safety 0.1
+        if i.meta["domain_group"] == "code":
+            return -0.2 if i.meta["difficulty"] == "hard" else 0.4
+        return 0.3 if i.meta["domain_group"] == "chat" else 0.1
+
+    unscored = {i.id for i in items if i.meta["domain_group"] == "code" and i.meta["difficulty"] == "hard"
+                and int(i.meta["record_id"]) % 2 == 0}
+    records = []
+    for i in items:
+        chosen, rejected = (None, 0.5) if i.id in unscored else (0.5 + gap(i), 0.5)
+        scores = (chosen, rejected) if i.preferred == 0 else (rejected, chosen)
+        records.append(EvalRecord("e", "rm_bench", i.id, 0, 0, "pairwise", scores, meta=dict(i.meta),
+                                  preferred=i.preferred))
+    assert unscored and [m.name for m in RM_BENCH.metrics] == ["acc", "pooled_acc", "gap"]
+    cell = compute_results(records, {"row": "e"})["row"]["benchmarks"]["rm_bench"]
+    assert cell["gap"]["value"] == pytest.approx((0.3 + 0.2 + 0.1) / 3)  # pooled over the scored pairs: 0.180
+    assert cell["gap"]["n"] == 7182 and cell["gap"]["n_failed"] == len(unscored)
+    code = cell["details"]["gap"][0]["per_domain"]["code"]
+    assert (code["hard"], code["normal"], code["easy"]) == pytest.approx((-0.2, 0.4, 0.4))
+    assert code["matrix"][0][1] == pytest.approx(-0.2) and code["matrix"][1][0] == pytest.approx(0.4)

@@ -1,5 +1,6 @@
 """Table 3: the macro Average is the mean of the six columns (each the benchmark's declared metric, AVG@k), with a
-bootstrap interval over the columns' items; a row missing a column averages the rest and says so."""
+bootstrap interval over the columns' items; a row missing a column gets no Average in the tables (the paper's is
+over all six) and a note naming the column."""
 
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ def test_an_average_of_columns_without_spread_has_no_interval():
 
 
 def test_the_tables_print_the_average_beside_the_papers(table):
+    """A row with every column gets its Average beside the paper's; a row missing a column gets none (a dash in
+    every format, a note naming the column): the paper's Average is over all six."""
     spec, results = table
     md = render_markdown(spec, results, [])
     head = "| Evaluator | JudgeBench | Personalized-RB | RM-Bench | UltraFeedback | AEOLLM | LMSYS-Chat-1M | Average |"
@@ -93,10 +96,34 @@ def test_the_tables_print_the_average_beside_the_papers(table):
     # the best of our rows in bold (both rows score the same on the first five)
     assert "| w/o anchor | **75.0** | **100.0** | **75.0** | **25.0** | **50.0** | **100.0** | **70.8** |" in md
     assert "| *paper* | 56.1 | 72.4 | 69.8 | 67.9 | 47.3 | 27.7 | 56.9 |" in md
-    assert "| full | **75.0** | **100.0** | **75.0** | **25.0** | **50.0** | - | 65.0\u2020 |" in md
+    assert "| full | **75.0** | **100.0** | **75.0** | **25.0** | **50.0** | - | - |" in md
     assert "| *paper* | 57.4 | 73.3 | 69.8 | 68.7 | 51.2 | 28.0 | 58.1 |" in md
-    assert "6 of 6 columns" in md and "5 of 6 columns" in md
-    assert r"65.0$^\dagger$" in render_latex(spec, results)
+    assert "6 of 6 columns" in md and "5 of 6 columns (no value in LMSYS-Chat-1M)" in md
+    assert "- full: no Average: no value in LMSYS-Chat-1M" in md
+    assert "65.0" not in md and "\u2020" not in md
+    tex = render_latex(spec, results)
+    assert r"\textbf{70.8}" in tex and "65.0" not in tex and "dagger" not in tex
+    assert r"full & \textbf{75.0} & \textbf{100.0} & \textbf{75.0} & \textbf{25.0} & \textbf{50.0} & - & - \\" in tex
     lines = [r for r in csv.DictReader(io.StringIO(render_csv(spec, results))) if r["benchmark"] == "average"]
-    assert [(r["row"], round(float(r["value"]), 2), r["paper"], r["n"]) for r in lines] == [
-        ("w/o anchor", 70.83, "56.9", "6"), ("full", 65.0, "58.1", "5")]
+    assert [(r["row"], r["value"] and round(float(r["value"]), 2), r["paper"], r["n"]) for r in lines] == [
+        ("w/o anchor", 70.83, "56.9", "6"), ("full", "", "58.1", "5")]
+    # results.json keeps the mean of the five, marked partial
+    assert results["full"]["average"]["partial"] and results["full"]["average"]["value"] == pytest.approx(0.65)
+
+
+def test_a_table_narrowed_to_some_benchmarks_prints_no_paper_average():
+    """`items:` narrows the table to some benchmarks: its Average is over those, the paper's over all six, so
+    the paper's is left out and a note says why."""
+    from harness.config import RunConfig
+
+    found = records("e-both")
+    spec, _ = TABLE3_SPEC.resolve(RunConfig(items={"judgebench": ["j1", "j2"], "personalized_rb": ["p1", "p2"]}))
+    assert [c.benchmark for c in spec.columns] == ["judgebench", "personalized_rb"]
+    rows = {"full": "e-both"}
+    results = compute_results(found, rows)
+    for label, average in macro_average(spec.columns, results, found, rows).items():
+        results[label]["average"] = average
+    md = render_markdown(report_spec(spec, rows), results, [])
+    assert "| full | **75.0** | **100.0** | **87.5** |" in md
+    assert "| *paper* | 57.4 | 73.3 | - |" in md
+    assert "the paper's Average is over all of its benchmarks" in md
