@@ -3,12 +3,24 @@
 A `HarnessError` is a user-facing problem (bad input, missing model or data, unreachable server): the CLI prints
 its message as one line and exits non-zero, with a traceback only under `--debug`. A `Failure` is a per-request
 problem that does not stop a run: it is recorded next to the request and counted in every summary.
+
+Ctrl-C and SIGTERM are caught at two layers (the command line for a whole verb, the loop while it runs) and
+acted on by a third (local backends, which stop their work); the little state they share lives here:
+`request_stop` / `stop_requested`, `note_saved` / `saved_line` (what an interrupt now leaves saved), and
+`exit_interrupted`, the one way an interrupted command ends.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 
 class HarnessError(Exception):

@@ -6,8 +6,9 @@ A *unit* is the smallest piece of work (a prompt with its n samples, a set to sc
 item x repeat) and names the keys of the records it produces. The loop runs the units the output does not hold yet,
 at most `parallel` at once, appends each unit's records as soon as it finishes, drives the progress bar and leaves
 a summary on the output, whose manifest records it when the output closes (`harness.runstore.Output`). Units may
-carry a phase (`harness.schedule`): phases run one after another, and a hook between them frees the models the
-next phase does not need.
+carry a phase (`harness.schedule`): phases run one after another; a hook before a phase's units (`before_phase`)
+starts its models, one after another, and a hook after them (`after_phase`) frees the models the next phase does
+not need. Both run only for phases with units to do, so a resumed run starts nothing for a finished phase.
 
 **The resume rule, for every verb.** A record is kept on rerun unless it holds a failure of the backend (rate
 limit, server error, timeout, connection, malformed body, auth, bad request, unsupported, other backend errors):
@@ -29,9 +30,7 @@ stays (each is flushed as it is appended).
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -154,6 +153,7 @@ async def run_loop(
     label: str,
     retry_failed: bool = False,
     counters: Any = None,
+    before_phase: Callable[[int], Awaitable[None]] | None = None,
     after_phase: Callable[[int], Awaitable[None]] | None = None,
 ) -> LoopSummary:
     """Run the units `output` does not hold yet and append their records; see the module docstring.
@@ -168,8 +168,10 @@ async def run_loop(
         retry_failed: Redo records with final (parse) failures too.
         counters: Anything with `calls` and `hits` (the backend pool): the summary reports their growth, and
             what its backends lack (`capabilities()`, where it has one).
-        after_phase: Awaited when every unit of a phase (`Unit.phase`) to do has finished, before the next
-            phase starts (the run's scheduler releases models there).
+        before_phase: Awaited before any unit of a phase (`Unit.phase`) to do starts (the run's scheduler
+            starts the phase's models there, one after another).
+        after_phase: Awaited when every unit of a phase to do has finished, before the next phase starts (the
+            run's scheduler releases models there, and waits for their memory).
 
     Raises:
         Interrupted: on Ctrl-C or SIGTERM, saying how many records are saved.
@@ -216,6 +218,8 @@ async def run_loop(
     with progress_bar(len(todo), label) as bar, _Signals(output, interrupted, bar):
         try:
             for phase in phases:
+                if before_phase is not None:
+                    await before_phase(phase)
                 pending = iter([u for u in todo if u.phase == phase])
                 size = sum(u.phase == phase for u in todo)
                 workers = [asyncio.ensure_future(worker(pending, bar.advance)) for _ in range(min(parallel, size))]
@@ -252,6 +256,7 @@ async def write_output(
     overwrite: bool = False,
     wait: bool = False,
     retry_failed: bool = False,
+    before_phase: Callable[[int], Awaitable[None]] | None = None,
     after_phase: Callable[[int], Awaitable[None]] | None = None,
 ) -> LoopSummary:
     """Open the output (lock, settings binding, manifest; `harness.runstore.Output`) and run the loop into it.
@@ -261,7 +266,8 @@ async def write_output(
     with Output(paths, record_type, command=command, settings=settings, config=config, extra=extra,
                 overwrite=overwrite, wait=wait) as output:
         return await run_loop(output, units, work, parallel=parallel, noun=noun, label=command,
-                              retry_failed=retry_failed, counters=counters, after_phase=after_phase)
+                              retry_failed=retry_failed, counters=counters, before_phase=before_phase,
+                              after_phase=after_phase)
 
 
 async def _stop(tasks: list[asyncio.Future]) -> None:
@@ -297,12 +303,16 @@ def _tally(summary: LoopSummary, units: Sequence[Unit], log: Any) -> None:
 class _Signals:
     """Ctrl-C and SIGTERM while the loop runs ("Stopping" in the module docstring); both take the same path.
 
-    The first cancels the loop's task. A second one exits the process at once: the bar leaves the terminal, the
-    output is marked interrupted unless the loop already left it, and the `interrupted:` line is printed. Once a
-    signal came, the handlers stay until the event loop closes (`loop.close` removes them), so a second signal
-    while the backends close still exits at once; otherwise leaving the block restores the previous Ctrl-C
-    handler (asyncio's, which cancels the command's main task). A signal the process ignores (a background job
-    of a non-interactive shell ignores Ctrl-C) stays ignored.
+    The first notes the stop for the whole process (`harness.errors.request_stop`: a backend that closes after it
+    does not wait for its work, a vLLM engine is killed) and cancels the loop's task. A second one ends the
+    process at once (`harness.errors.exit_interrupted`, which kills child processes such as a vLLM engine core
+    first): the bar leaves the terminal, the output is marked interrupted unless the loop already left it, and
+    the `interrupted:` line is printed. Once a signal came, the handlers stay until the event loop closes
+    (`loop.close` removes them), so a second signal while the backends close still exits at once; otherwise
+    leaving the block restores the handlers it found (asyncio's Ctrl-C handler, or the command line's for both
+    signals). A signal the process ignores (a background job of a non-interactive shell ignores Ctrl-C) stays
+    ignored. From entry on, `harness.errors.saved_line` builds this loop's `interrupted:` line, so a signal the
+    command line catches after the loop (while the backends close) says what is saved too.
 
     Args:
         output: The open output.
@@ -316,19 +326,24 @@ class _Signals:
         self._left = False
         self._message: str | None = None
         self._installed: list[signal.Signals] = []
+        self._previous: dict[signal.Signals, Any] = {}
 
     def __enter__(self) -> None:
+        from harness.errors import note_saved
+
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
-        self._previous = signal.getsignal(signal.SIGINT)
+        note_saved(self._line)
         for sig in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(sig) == signal.SIG_IGN:
+            previous = signal.getsignal(sig)
+            if previous == signal.SIG_IGN:
                 continue
             try:
                 self._loop.add_signal_handler(sig, self._received)
             except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
                 break
             self._installed.append(sig)
+            self._previous[sig] = previous
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self._left = True
@@ -337,23 +352,27 @@ class _Signals:
         if self._signals:
             return
         for sig in self._installed:
-            self._loop.remove_signal_handler(sig)
-        if signal.SIGINT in self._installed and self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+            self._loop.remove_signal_handler(sig)  # SIGINT back to Python's default, SIGTERM to the system's
+            if self._previous[sig] is not None:  # None: a handler not installed from Python, left as it is
+                signal.signal(sig, self._previous[sig])
+
+    def _line(self) -> str:
+        """The `interrupted:` line: the loop's own once it was interrupted, else built from the records now."""
+        return self._message if self._message is not None else str(self._interrupted())
 
     def _received(self) -> None:
+        from harness.errors import exit_interrupted, request_stop
+
         self._signals += 1
         if self._signals == 1:
+            request_stop()
             self._task.cancel()  # type: ignore[union-attr]
             return
         self._bar.stop()
-        if self._message is None:
-            self._message = str(self._interrupted())
+        message = self._line()
         if not self._left:  # the output is open: its manifest would say the session still runs
             try:
                 self._output.manifest.finish(status="interrupted", summary=self._output.summary)
             except Exception:  # noqa: BLE001 - exiting now matters more; the records are on disk
                 pass
-        sys.stdout.flush()
-        print(self._message, file=sys.stderr, flush=True)
-        os._exit(Interrupted.exit_code)
+        exit_interrupted(message)

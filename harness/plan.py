@@ -144,8 +144,8 @@ def devices_from_smi(out: str, visible: str | None) -> Devices | None:
 
 def local_models(pool: Any, keys: Iterable[str], devices: Devices | None) -> dict[str, LocalModel]:
     """Size every local model among `keys` from its config.json (nothing loads); a vLLM engine's memory as
-    `harness.vllm_memory` computes it, with its `max_model_len` (the backend option, where `fit_context` or the
-    config set it; else `DEFAULT_PROMPT_TOKENS` + `DEFAULT_MAX_TOKENS`).
+    `harness.vllm_memory` computes it, with its `max_model_len` (the backend option, where
+    `harness.contexts.fit_contexts` or the config set it; else `DEFAULT_PROMPT_TOKENS` + `DEFAULT_MAX_TOKENS`).
 
     Raises:
         ConfigError: naming the model whose config cannot be read or counted.
@@ -175,27 +175,22 @@ def local_models(pool: Any, keys: Iterable[str], devices: Devices | None) -> dic
 
 
 def vllm_engine(config: Mapping[str, Any], options: Any, tp: int, devices: Devices) -> Any:
-    """A vLLM engine's `EngineMemory` on `tp` of `devices` (see `local_models`)."""
-    from harness.vllm_memory import DEFAULT_MAX_TOKENS, DEFAULT_PROMPT_TOKENS, context_length, engine_memory, \
-        model_limit
+    """A vLLM engine's `EngineMemory` on `tp` of `devices` (see `local_models`), with the options'
+    `max_num_seqs` and `max_num_batched_tokens` where set (else the plan's). A sequence classifier's batch holds
+    a whole sequence: vLLM runs some pooling models without chunked prefill, and then refuses a
+    `max_num_batched_tokens` below `max_model_len` (`config/scheduler.py:314-325`, `verify_max_model_len`)."""
+    from harness.backends.local import is_sequence_classifier
+    from harness.vllm_memory import DEFAULT_MAX_TOKENS, DEFAULT_PROMPT_TOKENS, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, \
+        context_length, engine_memory, model_limit
 
     length = options.max_model_len or context_length(DEFAULT_PROMPT_TOKENS, DEFAULT_MAX_TOKENS,
                                                      model_limit=model_limit(config))
+    batched = options.max_num_batched_tokens or MAX_NUM_BATCHED_TOKENS
+    if options.max_num_batched_tokens is None and is_sequence_classifier(dict(config)):
+        batched = max(batched, length)
     return engine_memory(config, tp=tp, max_model_len=length, dtype=options.dtype, kv_cache_gib=devices.kv_cache_gib,
-                         enforce_eager=options.enforce_eager)
-
-
-def fit_context(pool: Any, keys: Iterable[str], *, longest_prompt: int, max_tokens: int) -> None:
-    """Give every local vLLM engine among `keys` without a `max_model_len` the run's longest request
-    (`harness.vllm_memory.context_length`); one the config sets is kept."""
-    from harness.vllm_memory import context_length
-
-    length = context_length(longest_prompt, max_tokens)
-    for key in keys:
-        backend = pool.backend(key)
-        inner = backend.backend
-        if backend.local and inner.kind == "vllm" and inner.options.max_model_len is None:
-            inner.options = dataclasses.replace(inner.options, max_model_len=length)
+                         enforce_eager=options.enforce_eager, max_num_seqs=options.max_num_seqs or MAX_NUM_SEQS,
+                         max_num_batched_tokens=batched)
 
 
 def engine_devices(backend: Any, devices: Devices | None, *, config: Mapping[str, Any] | None = None) -> int:
@@ -285,6 +280,8 @@ class TrainingLoad:
     frozen_gib: dict[str, float]
     """Frozen models loaded in the process (a served one costs none)."""
     activations_gib: float
+    activations_for: str = ""
+    """What the activations were estimated for (batch, tokens, checkpointing), as `plan --train` prints it."""
 
     @property
     def total_gib(self) -> float:
@@ -292,12 +289,15 @@ class TrainingLoad:
 
 
 def training_load(params: int, *, processes: int, colocated_share: float, frozen: Mapping[str, float],
-                  devices: Devices, activations_gib: float | None = None) -> TrainingLoad:
+                  devices: Devices, activations_gib: float | None = None, activations_for: str = "") -> TrainingLoad:
     """The per-GPU load of a training job: `params` trained over `processes` ZeRO-3 ranks, TRL's colocated vLLM
     taking `colocated_share` of the device (0 without), `frozen` model -> its GiB where it is loaded in-process,
-    and `activations_gib` (`activation_gib`; None: the device's `kv_cache_gib`, a flat allowance)."""
+    and `activations_gib` (`activation_gib`, estimated `activations_for` a micro-batch; None: the device's
+    `kv_cache_gib`, a flat allowance)."""
+    flat = activations_gib is None
     return TrainingLoad(params * ADAM_BYTES_PER_PARAM / processes / GIB, colocated_share * devices.gpu_memory_gib,
-                        dict(frozen), devices.kv_cache_gib if activations_gib is None else activations_gib)
+                        dict(frozen), devices.kv_cache_gib if flat else activations_gib,  # type: ignore[arg-type]
+                        "a flat allowance" if flat else activations_for)
 
 
 ACTIVATION_BYTES_PER_HIDDEN = 34
@@ -345,4 +345,6 @@ def check_training(load: TrainingLoad, devices: Devices) -> None:
     raise ConfigError(f"training needs {load.total_gib:.1f} GiB per GPU ({', '.join(parts)}) over the "
                       f"{devices.budget_gib:.1f} a device offers; ways out: serve the frozen models (models: or "
                       "--endpoints), more processes (accelerate launch --num_processes: ZeRO-3 shards the trained "
-                      "model), a smaller grpo.vllm_gpu_memory_utilization")
+                      "model), a smaller grpo.vllm_gpu_memory_utilization; for the activations, "
+                      "grpo.gradient_checkpointing: true and a smaller grpo.per_device_train_batch_size (more "
+                      "gradient_accumulation_steps keep the batch)")

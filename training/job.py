@@ -18,14 +18,25 @@ steps and the passes over the data they make) without loading a model: `harness 
 Under `accelerate launch --num_processes N` every process runs the same job (`training.ranks`): all of them check
 it, the main process alone writes the manifest, samples the response sets, saves the checkpoint and writes the
 logs; the others wait for the sets and read them, and each process rewards its own share of every batch. A frozen
-model loaded in-process by `vllm:` would start one engine per process beside TRL's: it is refused; serve it.
+model loaded in-process by `vllm:` would start one engine per process beside TRL's: it is refused; serve it. So is
+one beside TRL's colocated vLLM (`grpo.use_vllm` with `vllm_mode: colocate`) in a single process: TRL starts its
+engine with `distributed_executor_backend="external_launcher"`, which turns vLLM's multiprocessing off for the
+whole process (`vllm/config/parallel.py:1031-1033`), and an engine without it cannot be freed (vLLM issue 21073).
+
+On a GPU machine the job must fit one GPU before anything loads (`harness.plan.check_training`): the trained
+model's ZeRO-3 share, TRL's colocated vLLM, frozen models loaded in-process, and the activations of one
+micro-batch (`harness.plan.activation_gib`: `per_device_train_batch_size` sequences of the longest prompt plus
+`max_completion_length`, with or without gradient checkpointing; TRL does not cut prompts). `prepare` assumes a
+Nectar prompt of `NECTAR_PROMPT_TOKENS`; `run` checks again with the longest prompt its rows hold, counted with
+the trained model's tokenizer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +47,11 @@ from training.grpo import GRPOSettings, TrainConfig
 
 log = logging.getLogger("harness.train")
 Kind = Literal["generator", "policy"]
+NECTAR_PROMPT_TOKENS = 2048
+"""The Nectar prompt assumed before the rows are read (`prepare`, `harness plan --train`); `run` checks again with
+the longest one its rows hold."""
+CHAT_TOKENS = 32
+"""The chat template's markup around the one user message of a training prompt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,16 +155,37 @@ def prepare(kind: Kind, config: TrainConfig, *, known: Mapping[str, dict[str, An
         ConfigError: for a bad config value, a missing data file, or a model that cannot be identified.
     """
     from benchmarks.nectar import local_file
-    from harness.config import backend_options
-    from harness.endpoints import parse_endpoints
     from harness.plan import check_training, resolve_devices
     from training.data import source_fingerprint
+
+    parent_specs, options, endpoints = check(kind, config)
+    nectar = local_file(Path(config.data.data_dir)) if config.data.data_dir is not None else None
+    known = known or {}
+    parents = {role: {"spec": spec, "identity": known[spec] if spec in known else identify(spec, options, endpoints)}
+               for role, spec in parent_specs.items()}
+    settings = job_settings(kind, config, parents=parents, data=source_fingerprint(nectar))
+    devices = resolve_devices(config.devices, gpus=None, gpu_memory=None)
+    if devices is not None:  # a GPU machine: the job must fit one before anything loads (run checks the rows')
+        check_training(load(kind, config, options, endpoints, devices), devices)
+    return Job(kind, config, options, endpoints, nectar, parents, settings,
+               checkpoint.check(config.output_dir, settings))
+
+
+def check(kind: Kind, config: TrainConfig) -> tuple[dict[str, str], Any, dict[str, Any]]:
+    """The checks of a job's settings that read no data and no weights (`prepare` and `dry_run` alike): roles,
+    backend options, the `models:` entries, the held-out evaluation, TRL's settings, the model path, the frozen
+    engines and the policy's reward. Returns (role -> spec, backend options, endpoints).
+
+    Raises:
+        ConfigError: naming the setting.
+    """
+    from harness.config import backend_options
+    from harness.endpoints import parse_endpoints
     from training.grpo import grpo_config, model_path
 
     parent_specs = roles(kind, config)
     options = backend_options(config.backend, where="backend")
     endpoints = parse_endpoints(config.models, where="training config")
-    nectar = local_file(Path(config.data.data_dir)) if config.data.data_dir is not None else None
     if config.eval_every is not None and not config.data.heldout:
         raise ConfigError("eval_every: the held-out evaluation needs data.heldout rows (the last N rows that pass "
                           "the rules are held out)")
@@ -157,15 +194,7 @@ def prepare(kind: Kind, config: TrainConfig, *, known: Mapping[str, dict[str, An
     _check_frozen_engines(kind, config, endpoints)
     if kind == "policy":
         _check_reward(config)
-    known = known or {}
-    parents = {role: {"spec": spec, "identity": known[spec] if spec in known else identify(spec, options, endpoints)}
-               for role, spec in parent_specs.items()}
-    settings = job_settings(kind, config, parents=parents, data=source_fingerprint(nectar))
-    devices = resolve_devices(config.devices, gpus=None, gpu_memory=None)
-    if devices is not None:  # a GPU machine: the job must fit one before anything loads
-        check_training(load(kind, config, options, endpoints, devices), devices)
-    return Job(kind, config, options, endpoints, nectar, parents, settings,
-               checkpoint.check(config.output_dir, settings))
+    return parent_specs, options, endpoints
 
 
 def _check_reward(config: TrainConfig) -> None:
@@ -199,27 +228,54 @@ def _check_reward(config: TrainConfig) -> None:
         raise ConfigError(f"reward {spec}: {exc}") from None
 
 
-def _check_frozen_engines(kind: Kind, config: TrainConfig, endpoints: Mapping[str, Any]) -> None:
-    """Refuse, under several processes, a frozen model that each process would load as an in-process vLLM engine.
+def _check_frozen_engines(kind: Kind, config: TrainConfig, endpoints: Mapping[str, Any], *,
+                          world: int | None = None) -> None:
+    """Refuse a frozen model that would run as an in-process vLLM engine beside TRL's colocated one (module
+    docstring), or that each of several processes (`world`; default: this launch's) would load.
 
     Raises:
         ConfigError: naming the model and the way out.
     """
     from training.ranks import current
 
-    if current().world < 2:
+    world = world or current().world
+    colocated = config.grpo.use_vllm and config.grpo.vllm_mode == "colocate"
+    if world < 2 and not colocated:
         return
     for role, spec in roles(kind, config).items():
-        if role in ("verifier", "generator", "reward_model") and spec.startswith("vllm:") and spec not in endpoints:
-            raise ConfigError(f"{role} {spec}: under {current().world} training processes each would start a vLLM "
-                              f"engine of its own; serve it (harness serve, or models: / --endpoints)")
+        if role not in ("verifier", "generator", "reward_model") or not spec.startswith("vllm:") or spec in endpoints:
+            continue
+        if colocated:
+            raise ConfigError(f"{role} {spec}: an in-process vLLM engine cannot run beside TRL's colocated vLLM "
+                              "(grpo.use_vllm with vllm_mode: colocate turns off vLLM's multiprocessing for the whole "
+                              "process, and such an engine cannot be freed: vLLM issue 21073); serve it (harness "
+                              "serve, or models: / --endpoints)")
+        raise ConfigError(f"{role} {spec}: under {world} training processes each would start a vLLM "
+                          f"engine of its own; serve it (harness serve, or models: / --endpoints)")
+
+
+def prompt_tokens(kind: Kind, config: TrainConfig, counter: Any, *, prompts: list[str] | None = None) -> int:
+    """The longest prompt the trained model reads, in tokens (`counter`, a `harness.contexts.TokenCounter`): the
+    policy's is the longest Nectar prompt of `prompts` (None: `NECTAR_PROMPT_TOKENS`); the generator's is its
+    request over that prompt and a set of `set_size` responses of up to `max_tokens` each."""
+    from harness.contexts import longest_tokens
+
+    longest = (longest_tokens([(p,) for p in prompts], counter) if prompts is not None else NECTAR_PROMPT_TOKENS)
+    if kind == "generator" and config.data.sets is not None:
+        from judges.dynamic import dynamic_generator_prompt
+
+        sets = config.data.sets
+        frame = dynamic_generator_prompt("", [""] * sets.set_size, range(sets.set_size))
+        longest += counter.count([frame])[0] + sets.set_size * sets.max_tokens
+    return longest + CHAT_TOKENS
 
 
 def load(kind: Kind, config: TrainConfig, options: Any, endpoints: Mapping[str, Any], devices: Any,
-         *, processes: int | None = None) -> Any:
+         *, processes: int | None = None, prompts: list[str] | None = None) -> Any:
     """What one training process puts on its GPU (`harness.plan.training_load`): the trained model's ZeRO-3 share
-    over `processes` (default: the launch's `WORLD_SIZE`), TRL's colocated vLLM, and each frozen model this
-    process loads (a served one costs none).
+    over `processes` (default: the launch's `WORLD_SIZE`), TRL's colocated vLLM, each frozen model this process
+    loads (a served one costs none), and the activations of one micro-batch (`harness.plan.activation_gib`) of
+    the longest prompt (`prompt_tokens` over the rows' `prompts`; None: the assumed one) and the completion.
 
     Raises:
         ConfigError: a model whose config cannot be read or counted.
@@ -227,11 +283,25 @@ def load(kind: Kind, config: TrainConfig, options: Any, endpoints: Mapping[str, 
     import os
 
     from harness.backends import load_backend
-    from harness.plan import training_load
+    from harness.contexts import token_counter
+    from harness.plan import activation_gib, training_load
     from harness.weights import model_size, read_config
     from training.grpo import backend_spec, model_path
 
-    trained = model_size(read_config(model_path(config.model))).params.total
+    path = model_path(config.model)
+    shape = read_config(path)
+    trained = model_size(shape).params.total
+    grpo = config.grpo
+    counter = token_counter(path)
+    prompt = prompt_tokens(kind, config, counter, prompts=prompts)
+    activations = activation_gib(shape, batch=grpo.per_device_train_batch_size, prompt_tokens=prompt,
+                                 completion_tokens=grpo.max_completion_length,
+                                 checkpointing=grpo.gradient_checkpointing)
+    longest = ("the rows' longest prompt" if prompts is not None
+               else f"a Nectar prompt of {NECTAR_PROMPT_TOKENS} tokens assumed: train checks the rows' longest")
+    described = (f"{grpo.per_device_train_batch_size} sequence(s) of {prompt} prompt + {grpo.max_completion_length} "
+                 f"completion tokens, gradient checkpointing {'on' if grpo.gradient_checkpointing else 'off'}; "
+                 f"{longest}, counted with {counter.counted_with}")
     frozen = {}
     for role, spec in roles(kind, config).items():
         if role in ("model", "policy") or spec in endpoints or spec.startswith("openai:"):
@@ -239,10 +309,10 @@ def load(kind: Kind, config: TrainConfig, options: Any, endpoints: Mapping[str, 
         source = load_backend(backend_spec(spec), options).source
         frozen[f"{role} {spec}"] = model_size(read_config(source.path, revision=source.revision),
                                               dtype=options.dtype).gib + devices.kv_cache_gib
-    grpo = config.grpo
     colocated = grpo.vllm_gpu_memory_utilization if grpo.use_vllm and grpo.vllm_mode == "colocate" else 0.0
     ranks = processes or int(os.environ.get("WORLD_SIZE", "1"))
-    return training_load(trained, processes=ranks, colocated_share=colocated, frozen=frozen, devices=devices)
+    return training_load(trained, processes=ranks, colocated_share=colocated, frozen=frozen, devices=devices,
+                         activations_gib=activations, activations_for=described)
 
 
 def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
@@ -262,6 +332,7 @@ def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
         log.info("%s is trained with these settings; --overwrite trains it again", job.config.output_dir)
         return checkpoint.read(job.config.output_dir)
     rows, heldout, report = read_rows(job.config.data, job.nectar, policy=job.kind == "policy")
+    _check_rows_fit(job, rows + heldout)
     me = ranks.current()
     for line in report.lines() if me.main else ():
         log.info("nectar: %s", line)
@@ -296,6 +367,22 @@ def run(job: Job, *, overwrite: bool = False) -> dict[str, Any]:
     return manifest if me.main else checkpoint.read(out)
 
 
+def _check_rows_fit(job: Job, rows: list) -> None:
+    """On a GPU machine, refuse a job whose longest prompt among `rows` makes it exceed a GPU (`prepare` assumed
+    one of `NECTAR_PROMPT_TOKENS`), before any model loads.
+
+    Raises:
+        ConfigError: with the numbers (`harness.plan.check_training`).
+    """
+    from harness.plan import check_training, resolve_devices
+
+    devices = resolve_devices(job.config.devices, gpus=None, gpu_memory=None)
+    if devices is None:
+        return
+    found = load(job.kind, job.config, job.options, job.endpoints, devices, prompts=[r.prompt for r in rows])
+    check_training(found, devices)
+
+
 def _record_failure(out: Path, manifest: dict[str, Any], exc: BaseException) -> None:
     interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted, asyncio.CancelledError))
     try:
@@ -327,17 +414,19 @@ def dry_run(kind: Kind, config: TrainConfig, *, processes: int | None = None) ->
     sample are not known yet.
 
     Raises:
-        ConfigError: for a bad config, a missing or malformed data file, or data that leaves nothing to train on.
+        ConfigError: for a bad config (`check`: what `train` refuses before it reads a row), a missing or
+            malformed data file, or data that leaves nothing to train on.
     """
     from benchmarks.nectar import local_file
     from training import ranks
     from training.fit import policy_reward_spec
     from training.grpo import plan_steps, read_rows
 
-    parents = roles(kind, config)
+    world = processes or ranks.current().world
+    with _one_process():  # TRL's settings are checked as one process's: `WORLD_SIZE=N` alone starts no group
+        parents, _, _ = check(kind, config)
     nectar = local_file(Path(config.data.data_dir)) if config.data.data_dir is not None else None
     rows, heldout, report = read_rows(config.data, nectar, policy=kind == "policy")
-    world = processes or ranks.current().world
     objective = {"both": f"z(R_disc) + {config.lam} z(R_anchor)", "disc": "R_disc alone",
                  "anchor": "R_anchor alone"}[config.objective]
     reward = (f"{objective}, verifier {config.verifier}, {config.verify_mode} verdicts" if kind == "generator"
@@ -348,6 +437,20 @@ def dry_run(kind: Kind, config: TrainConfig, *, processes: int | None = None) ->
             "nectar: " + report.lines()[0], *report.lines()[1:],
             f"training rows: {len(rows)}, held out: {len(heldout)}",
             "steps: " + plan_steps(config.grpo, rows=len(rows), processes=world).line(config.grpo)]
+
+
+@contextlib.contextmanager
+def _one_process() -> Iterator[None]:
+    """The launch's rank variables hidden: TRL's `GRPOConfig` would otherwise set up a process group (and want
+    `MASTER_ADDR`) for a dry run that asked for N processes with `WORLD_SIZE=N`."""
+    import os
+
+    hidden = {k: os.environ.pop(k) for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+              if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
 
 
 def _train(job: Job, rows: list, heldout: list, *, resume: bool

@@ -565,7 +565,18 @@ class BackendOptions:
         "refuses any value but 1; serve the model (vllm serve --data-parallel-size k, or replicas).",
         flag="--data-parallel", minimum=1)
     gpu_memory_utilization: float = _setting(0.85, "vLLM's share of GPU memory.", minimum=0.01)
-    max_model_len: int | None = _setting(None, "vLLM context limit (default: the model's).", minimum=1)
+    max_model_len: int | None = _setting(
+        None, "vLLM context limit (default: the run's longest request, as `run` and `plan` fit it; else the "
+        "model's).", minimum=1)
+    max_num_seqs: int | None = _setting(
+        None, "vLLM: sequences an engine schedules at once (default: the plan's 256 where the run has devices, "
+        "else vLLM's own).", minimum=1)
+    max_num_batched_tokens: int | None = _setting(
+        None, "vLLM: tokens an engine step processes at most (default: the plan's 8192 where the run has devices, "
+        "else vLLM's own).", minimum=1)
+    kv_cache_memory_bytes: int | None = _setting(
+        None, "vLLM: the KV cache's size per device, in bytes, instead of profiling for it (default: the plan's, "
+        "where the run has devices and the installed vLLM takes it; else vLLM profiles).", minimum=1)
     enforce_eager: bool = _setting(
         False, "vLLM: run the model eagerly (no torch.compile or CUDA graphs): the engine starts in a third of the "
         "time and decodes more slowly; outputs are the same.")

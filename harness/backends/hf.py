@@ -6,7 +6,9 @@ directory, or a `.gguf` file (converted once into a plain checkpoint by
 this module stays cheap.
 
 The checkpoint's config decides what loads: a causal LM, or a reward model (`*ForSequenceClassification`) that
-only scores (`score`, see `harness.backends.hf_reward`). Placement: `harness.backends.local.device_map`.
+only scores (`score`, see `harness.backends.hf_reward`). Placement: `harness.backends.local.hf_placement` (an even
+split over the GPUs with `device=auto`, within the plan's share of each); loads hold the process-wide load gate
+(`harness.backends.gate`).
 
 How generation behaves, and where it deviates from a plain `model.generate` call:
 - Prompts are rendered with the tokenizer's chat template (`add_generation_prompt=True`). A tokenizer without
@@ -91,10 +93,11 @@ from harness.backends.local import (
     check_score_head,
     check_source_head,
     check_stop,
-    device_map,
+    check_placed,
     encode_chat,
     encode_contexts,
     has_chat_template,
+    hf_placement,
     is_sequence_classifier,
     locate_model,
     loglikelihood_ids,
@@ -106,12 +109,9 @@ from harness.backends.local import (
     tokens_within,
     top_texts,
 )
+from harness.backends.gate import load_gate
 from harness.backends.merge import CallMerger
 from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory, ModelNotFoundError
-
-_LOADING = threading.Lock()
-"""One model loads at a time in this process: transformers imports its classes lazily, and that import is not
-thread-safe (two hf backends loading in worker threads at once saw `cannot import name 'AutoConfig'`)."""
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -159,6 +159,9 @@ class HFBackend(BaseBackend):
         self._lacks: dict[str, str] = {}
         self._config: dict[str, Any] = {}
         self._closed = False
+        self.max_memory: dict[int, int] | None = None
+        """The plan's `max_memory` (GPU -> bytes) for `device=auto` over several GPUs, set by the run's scheduler
+        (`harness.backends.local.hf_placement`); None: an even split over every visible GPU."""
         self.loads = 0
         """How many times weights were loaded (0 until the first request the cache could not answer)."""
         self.releases = 0
@@ -189,7 +192,9 @@ class HFBackend(BaseBackend):
         if self._closed:
             raise BackendUnavailableError(f"hf backend for {self.model!r} is closed")
         if self._lm is None:
-            with _LOADING:
+            # One model loads at a time in this process (`harness.backends.gate`), until its weights are on their
+            # devices; this also keeps transformers' lazy imports, which are not thread-safe, to one thread.
+            with load_gate(f"{self.kind}:{self.model}"):
                 self._load()
 
     @property
@@ -227,20 +232,20 @@ class HFBackend(BaseBackend):
         self.device = pick_device(self.options.device)
         self.dtype = pick_dtype(self.options.dtype, self.device)
         kwargs: dict[str, Any] = {"revision": src.revision} if src.revision else {}
-        placement = device_map(self.options.device, self.device)
-        extra = {"device_map": placement} if placement else {}
+        placement = hf_placement(self.options.device, self.device, max_memory=self.max_memory)
         try:
             config = AutoConfig.from_pretrained(src.path, **kwargs)
             self._config = {**config.to_dict(), "num_labels": config.num_labels}
             self._classifier = is_sequence_classifier(self._config)
             tok = AutoTokenizer.from_pretrained(src.path, **kwargs)
             auto = AutoModelForSequenceClassification if self._classifier else AutoModelForCausalLM
-            lm = auto.from_pretrained(src.path, dtype=self.dtype, **kwargs, **extra)
+            lm = auto.from_pretrained(src.path, dtype=self.dtype, **kwargs, **placement)
         except OSError as exc:  # hub id unknown, gated, or not cached while offline
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelNotFoundError(f"cannot load hf model {self.model!r}: {first}") from exc
-        if placement is None:
+        if not placement:
             lm = lm.to(self.device)
+        check_placed(lm, f"hf model {self.model!r}")
         lm.eval()
         for layer in decoder_layers(lm):
             layer.register_forward_pre_hook(self._stop_between_layers)

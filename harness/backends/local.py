@@ -11,7 +11,8 @@
 - Reward models (`Backend.score`): `check_score_head` refuses a checkpoint that does not fit a head, from its
   config.json; `score_ids` renders and cuts a conversation (`encode_scored`, `truncate_left`); `score_result`
   turns a logit into a result.
-- Devices and dtypes: `pick_device`, `pick_dtype`, `device_map`.
+- Devices and dtypes: `pick_device`, `pick_dtype`, `device_map`, `hf_placement` (`max_memory` from the plan's
+  share, `even_max_memory`), `check_placed`.
 - Stopping work nobody waits for: `InFlight` and `Cancelled`.
 
 torch, transformers and huggingface_hub are imported inside functions.
@@ -38,7 +39,14 @@ from harness.backends.base import (
     ScoreResult,
     chat_to_json,
 )
-from harness.errors import ConfigError, Failure, FailureCategory, Interrupted, ModelNotFoundError
+from harness.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    Failure,
+    FailureCategory,
+    Interrupted,
+    ModelNotFoundError,
+)
 
 PLAIN_STOPS = ("\nUser:",)
 
@@ -334,17 +342,72 @@ def device_map(option: str, device: str) -> str | None:
     """The `device_map` a model loads with (`option`: the `device` option; `device`: `pick_device`'s answer).
 
     None off CUDA (the model is then moved to `device`); for `device=auto` on a machine with several visible GPUs,
-    `sequential` (accelerate fills the first GPU, then the next: a model that fits on one GPU stays on it, with no
-    hops between devices, and a larger one, such as a 70B reward model, spans as many as it needs); else the
-    device itself (`cuda`, `cuda:N`: one GPU).
+    `balanced` (an even split over the GPUs, as the plan assumes: `harness.plan.engine_devices` counts such a
+    model on every device, with its weights / devices on each; see `hf_placement`; `sequential`, used before,
+    filled GPU 0 first); else the device itself
+    (`cuda`, `cuda:N`: one GPU; pin a small model with `cuda:0` to keep it off the other GPUs).
     """
     import torch
 
     if not device.startswith("cuda"):
         return None
     if option == "auto" and torch.cuda.device_count() > 1:
-        return "sequential"
+        return "balanced"
     return device
+
+
+def even_max_memory(devices: int, share_gib: float) -> dict[int, int]:
+    """transformers' `max_memory` for a model the plan spreads over `devices` GPUs with `share_gib` on each
+    (`harness.plan.LocalModel.per_device_gib`: its weights / devices plus the plan's allowance)."""
+    return {i: int(share_gib * 2**30) for i in range(devices)}
+
+
+def hf_placement(option: str, device: str, *, max_memory: dict[int, int] | None = None) -> dict[str, Any]:
+    """The placement keywords of `from_pretrained`: {} off CUDA (the caller moves the model to `device`),
+    `device_map` (`device_map`), and with `balanced` the plan's `max_memory` where it gave one
+    (`even_max_memory`), for the devices visible here.
+
+    How transformers 5.25 places with these (`transformers/integrations/accelerate.py`): `sequential` (the old
+    choice) only reads each GPU's free memory (`_get_device_map`, lines 353-362) and fills GPU 0 first, so the
+    first model loaded took GPU 0 and a neighbour sized for an even split found it full. `balanced` takes
+    `get_balanced_memory` (lines 242-337): every GPU but the last is capped at the model's size / GPUs plus
+    1.25 x its largest unsplittable layer or leaf tensor (lines 300-331), each cap no more than the `max_memory`
+    given (line 331), and the layers fill the GPUs in order up to their caps: no GPU holds more than the plan's
+    share, and the first GPUs hold about size / GPUs plus that buffer each (a model whose layers are coarse
+    against that leaves the last GPU lighter). A given `max_memory` is taken as it is (accelerate reads free
+    memory only when none is given, `accelerate/utils/modeling.py:811-831`; transformers adds only its
+    allocator's unused cache, line 229), so each device's share is capped here at what is free on it. A
+    `max_memory` without `cpu` or `disk` keys offers no host memory (`accelerate/utils/modeling.py:841`):
+    weights beyond it go to `disk` (transformers' `_init_infer_auto_device_map`, line 601), which
+    `check_placed` refuses.
+    """
+    placement = device_map(option, device)
+    if placement is None:
+        return {}
+    if placement != "balanced" or not max_memory:
+        return {"device_map": placement}
+    import torch
+
+    visible = torch.cuda.device_count()
+    capped = {d: min(v, torch.cuda.mem_get_info(d)[0]) for d, v in max_memory.items() if d < visible}
+    return {"device_map": placement, "max_memory": capped}
+
+
+def check_placed(model: Any, name: str) -> None:
+    """Refuse a model transformers placed partly off the GPUs (`hf_device_map` naming `cpu` or `disk`): it would
+    run, many times slower, on whatever memory was left.
+
+    Raises:
+        BackendUnavailableError: naming how many modules went where.
+    """
+    placed = getattr(model, "hf_device_map", None) or {}
+    off = [str(v) for v in placed.values() if str(v) in ("cpu", "disk")]
+    if off:
+        counts = ", ".join(f"{off.count(v)} to {v}" for v in sorted(set(off)))
+        raise BackendUnavailableError(
+            f"{name} does not fit its GPUs: of its {len(placed)} placed modules, {counts}; give it more devices, "
+            "serve it, or leave it more memory (devices: kv_cache, usable)"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,9 @@ Deviations from a plain `LLM.chat(...)` call, all to make `vllm:` and `hf:` mean
 - Work nobody waits for stops (`harness.backends.local.InFlight`): the backend steps the engine itself
   (`step_engine`), so when every call waiting on it is cancelled (Ctrl-C), or it is cancelled or closed, the
   requests in flight are aborted after the current engine step and the call raises `Cancelled` instead of
-  returning truncated samples (nothing of them is cached or recorded).
+  returning truncated samples (nothing of them is cached or recorded). Once the process is stopping (Ctrl-C,
+  SIGTERM), closing kills the engine's processes at once, ending the step in flight (a prefill of a few sets takes
+  seconds on a CPU), instead of waiting for it and for vLLM's graceful shutdown.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from harness.backends.base import (
     Usage,
     sample_seed,
 )
+from harness.backends.gate import load_gate
 from harness.backends.grammar import lark_grammar
 from harness.backends.local import (
     Cancelled,
@@ -92,7 +95,7 @@ from harness.backends.local import (
     score_result,
 )
 from harness.backends.merge import CallMerger
-from harness.errors import BackendUnavailableError, ConfigError, Failure
+from harness.errors import BackendUnavailableError, ConfigError, Failure, stop_requested
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +109,58 @@ LM_TOKEN0_UNSUPPORTED = (
 )
 MIN_MAX_LOGPROBS = 20
 """The engine allows at least this many logprobs per token (vLLM's own default)."""
-STOPPED_SHUTDOWN_S = 1.0
-"""Seconds an engine whose work was stopped gets to exit before vLLM kills its processes (vLLM's default grace
-is 5 s: `vllm/v1/utils.py:605`, `shutdown(procs, timeout)`), so an interrupted run does not wait for the engine
-to finish a step nobody wants."""
+STOPPED_SHUTDOWN_S = 0.0
+"""Seconds an engine nobody waits for (its work was stopped, or the process is stopping: Ctrl-C) gets to exit
+before vLLM kills its processes: none. vLLM's own grace is 5 s (`vllm/v1/utils.py:605`, `shutdown(procs,
+timeout)`, which then kills the process tree, :645-658), and on 2 CPU cores a graceful exit never fits in it: the
+engine core waits for its worker process (`vllm/v1/executor/multiproc_executor.py:479`), whose interpreter takes
+longer to exit (measured: killed at 5 s at every close). For a zero grace vLLM itself keeps ROCm's cleanup time
+(`vllm/v1/engine/utils.py:47`)."""
+
+ABORTED = ("abort",)
+"""vLLM's finish reasons of a request the engine ended before its answer (`vllm/v1/engine/__init__.py:36`): it
+aborts every request when it shuts down (a terminal's Ctrl-C reaches the engine's processes too)."""
 
 
 def engine_max_logprobs(options: BackendOptions) -> int:
     """The `max_logprobs` the engine starts with: enough for `options.top_logprobs`, and at least 20."""
     return max(MIN_MAX_LOGPROBS, options.top_logprobs)
+
+
+ENGINE_NUMBERS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory_bytes")
+"""The plan's numbers an engine starts with, where its options hold them (`harness.plan.place` puts
+`harness.vllm_memory.engine_kwargs` there): with them, startup no longer depends on vLLM's profiling."""
+
+
+def llm_kwargs(source: Any, options: BackendOptions, *, engine_fields: set[str]) -> dict[str, Any]:
+    """The keyword arguments of `vllm.LLM` for `source` (`harness.backends.local.ModelSource`) under `options`,
+    among the installed vLLM's `EngineArgs` fields `engine_fields`: each of `ENGINE_NUMBERS` the options set (a
+    `kv_cache_memory_bytes` this vLLM does not take is left to `gpu_memory_utilization`, with a warning)."""
+    kwargs: dict[str, Any] = {
+        "model": source.path,
+        "enable_prefix_caching": True,
+        "tensor_parallel_size": options.tensor_parallel_size or 1,
+        "gpu_memory_utilization": options.gpu_memory_utilization,
+        "dtype": options.dtype,
+        "max_logprobs": engine_max_logprobs(options),
+    }
+    if options.enforce_eager:
+        kwargs["enforce_eager"] = True
+    if source.revision:
+        kwargs["revision"] = source.revision
+    for name in ENGINE_NUMBERS:
+        value = getattr(options, name)
+        if value is None:
+            continue
+        if name in engine_fields:
+            kwargs[name] = value
+        else:
+            log.warning("this vLLM takes no %s; the engine sizes it from gpu_memory_utilization %s", name,
+                        options.gpu_memory_utilization)
+    if "structured_outputs_config" in engine_fields:
+        # llguidance, as `hf` uses: both local backends decode under the same grammar (harness.backends.grammar).
+        kwargs["structured_outputs_config"] = {"backend": "guidance"}
+    return kwargs
 
 
 class VLLMBackend(BaseBackend):
@@ -124,8 +170,9 @@ class VLLMBackend(BaseBackend):
 
     Args:
         name: Hub id (optionally `@revision`), local checkpoint folder, or `.gguf` file.
-        options: `tensor_parallel_size`, `data_parallel_size`, `gpu_memory_utilization`, `max_model_len`,
-            `dtype`, `top_logprobs`, `enforce_eager`; other fields are ignored.
+        options: `tensor_parallel_size`, `data_parallel_size`, `gpu_memory_utilization`, `dtype`,
+            `top_logprobs`, `enforce_eager` and the plan's `ENGINE_NUMBERS` (`llm_kwargs`); other fields are
+            ignored.
 
     Raises:
         BackendUnavailableError: vllm not installed (the engine starts on the first uncached request: a machine
@@ -192,6 +239,10 @@ class VLLMBackend(BaseBackend):
                 self._start()
 
     def _start(self) -> None:
+        with load_gate(f"{self.kind}:{self.model}"):
+            self._start_engine()
+
+    def _start_engine(self) -> None:
         import vllm
         from vllm.platforms import current_platform
 
@@ -202,24 +253,7 @@ class VLLMBackend(BaseBackend):
                 + INSTALL_HINT
             )
         src, opts = self._source, self.options
-        engine_fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
-        kwargs: dict[str, Any] = {
-            "model": src.path,
-            "enable_prefix_caching": True,
-            "tensor_parallel_size": opts.tensor_parallel_size or 1,
-            "gpu_memory_utilization": opts.gpu_memory_utilization,
-            "dtype": opts.dtype,
-            "max_logprobs": self.max_logprobs,
-        }
-        if opts.enforce_eager:
-            kwargs["enforce_eager"] = True
-        if src.revision:
-            kwargs["revision"] = src.revision
-        if opts.max_model_len is not None:
-            kwargs["max_model_len"] = opts.max_model_len
-        if "structured_outputs_config" in engine_fields:
-            # llguidance, as `hf` uses: both local backends decode under the same grammar (harness.backends.grammar).
-            kwargs["structured_outputs_config"] = {"backend": "guidance"}
+        kwargs = llm_kwargs(src, opts, engine_fields={f.name for f in dataclasses.fields(vllm.EngineArgs)})
         log.info("starting the vLLM engine for %s on %s (dtype %s)", self.model, device, opts.dtype)
         llm = vllm.LLM(**kwargs)
         self._vllm = vllm
@@ -280,7 +314,8 @@ class VLLMBackend(BaseBackend):
 
     async def close(self) -> None:
         """Abort the requests in flight (`cancel`), then shut the engine down (its worker processes exit and free
-        their memory); later requests fail."""
+        their memory); later requests fail. Once the process is stopping (`harness.errors.stop_requested`: Ctrl-C
+        or SIGTERM), the engine's processes are killed at once, ending the engine step in flight (`_kill`)."""
         self.cancel()
         await asyncio.to_thread(self._drop, closing=True)
 
@@ -300,6 +335,9 @@ class VLLMBackend(BaseBackend):
         return self._llm is not None
 
     def _drop(self, *, closing: bool) -> None:
+        stopping = stop_requested()
+        if stopping:
+            self._kill()  # before the lock: the engine step in flight holds it
         with self._lock:
             self._closed = self._closed or closing
             llm, self._llm = self._llm, None
@@ -310,12 +348,34 @@ class VLLMBackend(BaseBackend):
         core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             # vLLM 0.32's `MPClient.shutdown(timeout)` (vllm/v1/engine/core_client.py:766); a shutdown without the
-            # parameter keeps vLLM's own grace.
-            hurry = self._inflight.stopped and "timeout" in inspect.signature(core.shutdown).parameters
+            # parameter keeps vLLM's own grace. After `_kill` it returns at once (vLLM shuts an engine down once).
+            hurry = self._inflight.stopped or stopping
+            hurry = hurry and "timeout" in inspect.signature(core.shutdown).parameters
             try:
                 core.shutdown(**({"timeout": STOPPED_SHUTDOWN_S} if hurry else {}))
             except Exception as exc:  # noqa: BLE001 - closing must not fail a finished run
                 log.debug("vLLM engine shutdown: %s: %s", type(exc).__name__, exc)
+
+    def _kill(self) -> None:
+        """Kill the engine's processes now, and end the engine step in flight, which waits for their output.
+
+        vLLM 0.32: `MPClient.shutdown(timeout=0)` (vllm/v1/engine/core_client.py:766) kills the engine core's
+        process tree (vllm/v1/utils.py:605), marks the engine dead and stops the thread that reads its outputs
+        (core_client.py:509-568), but a step blocked on the outputs queue (`SyncMPClient.get_output`,
+        core_client.py:989) would wait for ever. So an error is queued, as vLLM's output thread queues its own
+        (core_client.py:971-972): the step raises, `step_engine` aborts its requests (a no-op on a dead engine,
+        core_client.py:1027) and `_run` raises `Cancelled`. An engine without processes of its own (in this
+        process: `VLLM_ENABLE_V1_MULTIPROCESSING=0`) is not killed; its step in flight runs to its end.
+        """
+        core = getattr(getattr(self._llm, "llm_engine", None), "engine_core", None)  # read without the lock
+        outputs = getattr(core, "outputs_queue", None)
+        if outputs is None or "timeout" not in inspect.signature(core.shutdown).parameters:
+            return
+        try:
+            core.shutdown(timeout=STOPPED_SHUTDOWN_S)
+        except Exception as exc:  # noqa: BLE001 - the step still has to be woken
+            log.debug("vLLM engine kill: %s: %s", type(exc).__name__, exc)
+        outputs.put_nowait(RuntimeError(f"the vLLM engine for {self.model!r} was killed (the process stops)"))
 
     def _live(self) -> None:
         """Start the engine again if the run's scheduler released it; the caller holds `self._lock`.
@@ -342,9 +402,12 @@ class VLLMBackend(BaseBackend):
                 return step_engine(self._llm, [{"prompt_token_ids": p} for p in prompts], params,
                                    stop=lambda: check_stop(stop, what))
             except Exception:
-                # A terminal's Ctrl-C reaches vLLM's engine process too, which then shuts down: once the work is
-                # stopped, the engine's error is that stop, not a failure of the requests.
+                # A terminal's Ctrl-C reaches vLLM's engine processes too, which then shut down, and `close` kills
+                # them once the process is stopping: then the engine's error is that stop, not a failure of the
+                # requests (the engine may notice the signal before the loop has stopped this work).
                 check_stop(stop, what)
+                if stop_requested():
+                    raise Cancelled(f"{what} was cancelled; nothing of it is kept") from None
                 raise
 
     async def _engine(self, prompts: list[list[int]], params: list[Any]) -> tuple[list[Any], Failure | None]:
@@ -665,6 +728,10 @@ def step_engine(llm: Any, prompts: list[Any], params: list[Any], *, stop: Callab
     `LLMEngine.abort_request(ids, internal=True)` (vllm/v1/engine/llm_engine.py:224), as vLLM aborts the requests it
     added when adding the rest fails (offline.py:563). A vLLM without `enqueue` (older releases: it came with vLLM's
     pull request 33195) runs `llm.generate` whole: `stop()` then runs only before it starts.
+
+    A request the engine finished without its answer (`ABORTED`: vLLM aborts every request when its engine core is
+    told to shut down, `_handle_shutdown` at vllm/v1/engine/core.py:1626-1652) raises `RuntimeError` instead of
+    returning a truncated sample as if it were complete.
     """
     if not hasattr(llm, "enqueue"):
         stop()
@@ -675,7 +742,12 @@ def step_engine(llm: Any, prompts: list[Any], params: list[Any], *, stop: Callab
     try:
         while engine.has_unfinished_requests():
             stop()
-            outputs += [out for out in engine.step() if out.finished]
+            finished = [out for out in engine.step() if out.finished]
+            cut = [reason for out in finished if (reason := _unanswered(out))]
+            if cut:
+                raise RuntimeError(f"vLLM's engine ended {len(cut)} of {len(ids)} requests without their answer "
+                                   f"(finish reason {cut[0]!r}: it is shutting down)")
+            outputs += finished
     except BaseException:
         try:
             engine.abort_request(ids, internal=True)
@@ -683,6 +755,15 @@ def step_engine(llm: Any, prompts: list[Any], params: list[Any], *, stop: Callab
             log.debug("vLLM abort of %d requests: %s: %s", len(ids), type(exc).__name__, exc)
         raise
     return sorted(outputs, key=lambda out: int(out.request_id))
+
+
+def _unanswered(out: Any) -> str | None:
+    """The finish reason of a finished `RequestOutput` whose samples hold no answer (`ABORTED`), else None."""
+    samples = getattr(out, "outputs", None)
+    for sample in samples if isinstance(samples, list) else []:
+        if getattr(sample, "finish_reason", None) in ABORTED:
+            return sample.finish_reason
+    return None
 
 
 def _eos_ids(llm: Any, tokenizer: Any) -> list[int]:

@@ -7,8 +7,12 @@ the traceback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -27,7 +31,14 @@ from harness.commands.options import (
     WaitOption,
     takes_groups,
 )
-from harness.errors import HarnessError, Interrupted, NotImplementedYetError
+from harness.errors import (
+    HarnessError,
+    Interrupted,
+    NotImplementedYetError,
+    exit_interrupted,
+    request_stop,
+    saved_line,
+)
 from harness.redact import RedactingStream, redact_text
 
 app = typer.Typer(
@@ -80,6 +91,49 @@ ModelOpt = Annotated[
 ]
 
 
+_stopping = {"active": False}
+
+
+@contextlib.contextmanager
+def _stoppable() -> Iterator[None]:
+    """Ctrl-C and SIGTERM anywhere in a verb that writes records, outside the loop that handles its own
+    (`harness.loop`): while the config, data and models load, before the loop starts, while the backends close
+    after it, while the tables render.
+
+    The first signal unwinds the command as Ctrl-C always did (`KeyboardInterrupt`: an open output is marked
+    interrupted, the backends close, and local ones do not wait for work in flight: `harness.errors.request_stop`);
+    a second one exits at once. Either way, and when the loop raises `Interrupted`, the command ends with one
+    `interrupted:` line saying what is saved or that nothing was started (`harness.errors.saved_line`) and exit
+    code 130, skipping the interpreter's slow teardown (`harness.errors.exit_interrupted`). A signal the process
+    ignores stays ignored; a verb inside another (the panels of `run fig2`) shares the outer one's handling.
+    """
+    if _stopping["active"] or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def received(signum: int, frame: object) -> None:
+        caught.append(signum)
+        if len(caught) == 1:
+            request_stop()
+            raise KeyboardInterrupt
+        exit_interrupted(saved_line())
+
+    previous = {sig: signal.signal(sig, received) for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) != signal.SIG_IGN}
+    _stopping["active"] = True
+    try:
+        yield
+    except Interrupted as exc:  # the loop's, saying what it saved
+        exit_interrupted(str(exc))
+    except KeyboardInterrupt:  # this handler's, or Python's own after asyncio removed the loop's handlers
+        exit_interrupted(saved_line())
+    finally:
+        _stopping["active"] = False
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _finish(summary, out: str) -> None:
     """Print the loop's summary; exit 1 when some records could not be evaluated (the one exit-code rule)."""
     typer.echo(summary.line(out))
@@ -129,12 +183,14 @@ def generate(
 
     Exit code 0 when every sample was answered, 1 when some failed (rerun to retry them), 2 for bad input.
     """
-    from harness.commands.prompts import generate_samples
+    with _stoppable():
+        from harness.commands.prompts import generate_samples
 
-    summary = generate_samples(model, out, prompts=prompts, benchmark=benchmark, data_dir=data_dir, limit=limit,
-                               bench_option=bench_option, sampling=sampling, backend=backend, outputs=outputs)
-    if show:
-        _show_generations(out, show)
+        summary = generate_samples(model, out, prompts=prompts, benchmark=benchmark, data_dir=data_dir,
+                                   limit=limit, bench_option=bench_option, sampling=sampling, backend=backend,
+                                   outputs=outputs)
+        if show:
+            _show_generations(out, show)
     _finish(summary, str(out))
 
 
@@ -171,16 +227,17 @@ def run(
     every cell was evaluated, 1 when some records hold failures, 2 for bad input (a benchmark that cannot be
     loaded, an evaluator, policy or judge that cannot be built, other settings, models that cannot fit the devices).
     """
-    from harness.commands.panels import panels_of, run_panels
-    from harness.commands.setup import table_plan
+    with _stoppable():
+        from harness.commands.panels import panels_of, run_panels
+        from harness.commands.setup import table_plan
 
-    if panels_of(table):  # a figure of panels (fig2): each panel is a run of its own table
-        return run_panels(table, args, lambda name, panel: run.__wrapped__(
-            name, endpoints, args=panel, backend=backend, devices=devices, outputs=outputs))
-    plan, options, cfg, served = table_plan(table, args, backend, devices, endpoints)
-    out_dir = cfg.out or Path("runs") / f"{table}-{cfg.preset}"
-    _run_and_report(plan, out_dir, options=options, config=cfg.model_dump(mode="json"), parallel=cfg.parallel,
-                    command="run", outputs=outputs, endpoints=served)
+        if panels_of(table):  # a figure of panels (fig2): each panel is a run of its own table
+            return run_panels(table, args, lambda name, panel: run.__wrapped__(
+                name, endpoints, args=panel, backend=backend, devices=devices, outputs=outputs))
+        plan, options, cfg, served = table_plan(table, args, backend, devices, endpoints)
+        out_dir = cfg.out or Path("runs") / f"{table}-{cfg.preset}"
+        _run_and_report(plan, out_dir, options=options, config={**cfg.model_dump(mode="json"), "gap": args.gap},
+                        parallel=cfg.parallel, command="run", outputs=outputs, endpoints=served)
 
 
 @app.command("plan")
@@ -302,20 +359,23 @@ def eval_(
 
     Exit code 0 when every item was evaluated, 1 when some records hold failures, 2 for bad input.
     """
-    import hashlib
+    with _stoppable():
+        import hashlib
 
-    from harness.commands.runner import RunPlan
-    from harness.commands.setup import backend_options
-    from harness.commands.setup import endpoints as read_endpoints
-    from harness.plan import resolve_devices
+        from harness.commands.runner import RunPlan
+        from harness.commands.setup import backend_options
+        from harness.commands.setup import endpoints as read_endpoints
+        from harness.plan import resolve_devices
 
-    plan = RunPlan(rows={label or evaluator: evaluator}, benchmarks=(benchmark,), seeds=seeds, seed=seed,
-                   limit=limit, data_dir=data_dir, devices=resolve_devices(None, **dataclasses.asdict(devices)))
-    config = {"evaluator": evaluator, "label": label, "benchmark": benchmark, "limit": limit, "seeds": seeds,
-              "data_dir": str(data_dir) if data_dir else None, "seed": seed, "parallel": parallel}
-    out = out or Path("runs") / f"eval-{benchmark}-{hashlib.sha256(evaluator.encode()).hexdigest()[:8]}"
-    _run_and_report(plan, out, options=backend_options(backend), config=config, parallel=parallel, command="eval",
-                    outputs=outputs, endpoints=read_endpoints(None, endpoints, where="command line"))
+        plan = RunPlan(rows={label or evaluator: evaluator}, benchmarks=(benchmark,), seeds=seeds, seed=seed,
+                       limit=limit, data_dir=data_dir,
+                       devices=resolve_devices(None, **dataclasses.asdict(devices)))
+        config = {"evaluator": evaluator, "label": label, "benchmark": benchmark, "limit": limit, "seeds": seeds,
+                  "data_dir": str(data_dir) if data_dir else None, "seed": seed, "parallel": parallel}
+        out = out or Path("runs") / f"eval-{benchmark}-{hashlib.sha256(evaluator.encode()).hexdigest()[:8]}"
+        _run_and_report(plan, out, options=backend_options(backend), config=config, parallel=parallel,
+                        command="eval", outputs=outputs,
+                        endpoints=read_endpoints(None, endpoints, where="command line"))
 
 
 @app.command()
@@ -336,9 +396,11 @@ def score(
     (rubric, verdict matrix, per-item pass rates, failures by category). Exit code 0 when every set was fully
     scored, 1 when some hold failures, 2 for bad input.
     """
-    from harness.commands.score import score_file
+    with _stoppable():
+        from harness.commands.score import score_file
 
-    summary = score_file(evaluator, input, out, seed=seed, parallel=parallel, backend=backend, outputs=outputs)
+        summary = score_file(evaluator, input, out, seed=seed, parallel=parallel, backend=backend,
+                             outputs=outputs)
     _finish(summary, str(out))
 
 
@@ -754,9 +816,8 @@ def main() -> None:
     sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
     try:
         app()
-    except Interrupted as exc:
-        typer.echo(str(exc), err=True)
-        sys.exit(exc.exit_code)
+    except Interrupted as exc:  # what the verbs that write records do not end themselves (`_stoppable`)
+        exit_interrupted(str(exc))
     except HarnessError as exc:
         if debug:
             raise
@@ -768,6 +829,5 @@ def main() -> None:
         where = f"{exc.filename}: " if exc.filename else ""
         typer.echo(f"error: {redact_text(where + (exc.strerror or str(exc)))}", err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        typer.echo("interrupted; finished work is saved and a rerun of the same command resumes it", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt:  # outside any verb (typer turns one inside a verb into a silent exit 130)
+        exit_interrupted(saved_line())

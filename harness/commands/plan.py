@@ -10,9 +10,11 @@ pattern. Token counts are estimates: four characters a token for what is read, t
 numbers and the ways out, as `run` refuses it; so is a row that cannot be built and an endpoint that names no model
 of the run (the check `run` makes: `harness.commands.runner.build_models`).
 
-Each vLLM engine's memory is printed term by term (`harness.vllm_memory`): its `max_model_len` is the run's
-longest request (`longest_request`: the longest prompt the loaded items make, estimated as above, plus the
-largest `max_tokens` of the run), and the engine starts with exactly those numbers.
+Each local vLLM engine's `max_model_len` is the run's longest request of it (`harness.contexts`: the loaded items
+counted with its tokenizer, the templates and a re-ask's first answer, plus the completion budget), and with
+devices its memory is printed term by term (`harness.vllm_memory`); the engine starts with exactly the numbers
+printed for it in its phase (`max_model_len`, `max_num_seqs`, `max_num_batched_tokens`, `kv_cache_memory_bytes`,
+`gpu_memory_utilization`).
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ def render(plan: Any, ready: Any, scheduled: Any, pool: Any, flows: Mapping[str,
     for m in scheduled.models.values():
         lines.append(f"  {m.key}: {m.params / 1e9:.2f}B parameters, {m.dtype}, {m.weights_gib:.1f} GiB; "
                      f"spans {m.devices} device(s), {m.per_device_gib:.1f} GiB on each")
+        if m.key in scheduled.contexts:
+            lines.append(f"    {scheduled.contexts[m.key].describe()}")
         if m.engine is not None:
             lines.append(f"    vLLM engine: {m.engine.describe()}")
     if not scheduled.models:
@@ -144,11 +148,8 @@ def render(plan: Any, ready: Any, scheduled: Any, pool: Any, flows: Mapping[str,
         lines.append(f"     resident: {', '.join(sorted(phase.models)) or 'no local model'} "
                      f"({load:.1f}{budget} GiB per device)")
         for key in sorted(phase.models):
-            placed = pool.backend(key).backend.options
-            if getattr(pool.backend(key).backend, "kind", "") == "vllm" and devices is not None:
-                lines.append(f"     {key}: tensor_parallel_size {placed.tensor_parallel_size}, "
-                             f"gpu_memory_utilization {placed.gpu_memory_utilization}, "
-                             f"max_model_len {placed.max_model_len}")
+            if getattr(pool.backend(key).backend, "kind", "") == "vllm":
+                lines.append(f"     {key} starts with {engine_numbers(pool.backend(key).backend.options)}")
         if phase.release_after:
             lines.append(f"     then released: {', '.join(sorted(phase.release_after))}")
     lines += ["", "requests and tokens (estimates: 4 characters a token read, the budget written; "
@@ -161,30 +162,28 @@ def render(plan: Any, ready: Any, scheduled: Any, pool: Any, flows: Mapping[str,
     return lines
 
 
+def engine_numbers(options: Any) -> str:
+    """The numbers a vLLM engine starts with (`harness.backends.vllm_backend.llm_kwargs`), as `plan` prints them;
+    a number left to vLLM is said so."""
+    from harness.backends.vllm_backend import ENGINE_NUMBERS
+    from harness.vllm_memory import GIB
+
+    shown = [f"tensor_parallel_size {options.tensor_parallel_size or 1}",
+             f"gpu_memory_utilization {options.gpu_memory_utilization}"]
+    for name in ENGINE_NUMBERS:
+        value = getattr(options, name)
+        if value is None:
+            shown.append(f"{name} vLLM's default")
+        elif name == "kv_cache_memory_bytes":
+            shown.append(f"{name} {value} ({value / GIB:.2f} GiB)")
+        else:
+            shown.append(f"{name} {value}")
+    return ", ".join(shown)
+
+
 def _where(pool: Any, key: str) -> str:
     backend = pool.backend(key)
     return f"{key} (local)" if backend.local else f"{key} (served)"
-
-
-def longest_request(plan: Any, ready: Any) -> tuple[int, int]:
-    """(longest prompt, largest max_tokens) of the run, in tokens: the prompt a model reads for the largest item
-    (an evaluator's: the prompt and every response; a policy's: its messages), estimated at `CHARS_PER_TOKEN`
-    plus `TEMPLATE_TOKENS`, and the largest completion budget its evaluators or its generation ask (0, 0: no
-    item loaded)."""
-    longest = 0
-    for items in ready.items.values():
-        for item in items:
-            if plan.policy:
-                chars = sum(len(m.content) for m in item.messages)
-            else:
-                chars = len(item.prompt) + sum(map(len, item.responses))
-            longest = max(longest, int(chars / CHARS_PER_TOKEN) + TEMPLATE_TOKENS)
-    budgets = [plan.generation.max_tokens] if plan.policy else []
-    for evaluator in ready.evaluators.values():
-        settings = getattr(evaluator, "settings", None)
-        budgets += [getattr(evaluator, "gen_max_tokens", 0) or 0,
-                    settings.get("max_tokens", 0) if isinstance(settings, Mapping) else 0]
-    return longest, max(budgets, default=0)
 
 
 def check_target(table: str | None, *, train: str | None, processes: int | None) -> None:
@@ -215,29 +214,16 @@ def show_plan(plan: Any, options: Any, endpoints: Mapping[str, Any] | None = Non
             be built is shown as left out, and none built is refused); a model that cannot be sized; a plan that
             does not fit (with the local models' sizes).
     """
-    from harness.commands.runner import Prepared, _load_one, build_models, schedule_rows
-    from harness.errors import ConfigError, HarnessError
+    from harness.commands.runner import build_models, check_built, load_benchmarks, schedule_rows
+    from harness.errors import ConfigError
     from harness.plan import local_models
     from harness.pool import BackendPool
 
     pool = BackendPool(options=options, endpoints=endpoints)
-    ready = Prepared()
-    unavailable = {}
-    for name in plan.benchmarks:
-        try:
-            ready.items[name] = _load_one(name, plan)
-        except HarnessError as exc:
-            unavailable[f"benchmark {name}"] = str(exc)
+    ready = load_benchmarks(plan)  # run's checks of options, items and data; left out only with --skip-unavailable
+    unavailable = {k: v for k, v in ready.unavailable.items() if k.startswith("benchmark ")}
     build_models(plan, pool, ready)
-    if not (ready.policies if plan.policy else ready.evaluators):  # as `run` refuses it, with --skip-unavailable
-        what = "policy" if plan.policy else "evaluator"
-        reasons = "; ".join(f"{k}: {v}" for k, v in ready.unavailable.items())
-        raise ConfigError(f"no {what} could be built, nothing to plan ({reasons})")
-    from harness.plan import fit_context
-
-    prompt, budget = longest_request(plan, ready)
-    if prompt and budget:
-        fit_context(pool, sorted(pool.local()), longest_prompt=prompt, max_tokens=budget)
+    check_built(plan, ready, doing="plan")
     try:
         scheduled = schedule_rows(plan, ready, pool, size=True)
     except ConfigError as exc:
@@ -259,7 +245,7 @@ def show_train_plan(kind: str, config_path: Any, *, gpus: int | None, gpu_memory
     from harness.errors import ConfigError
     from harness.plan import check_training, resolve_devices
     from training.grpo import load_train_config
-    from training.job import load
+    from training.job import _check_frozen_engines, load
 
     if kind not in ("generator", "policy") or config_path is None:
         raise ConfigError("harness plan --train: generator or policy, with --config FILE (a training config)")
@@ -278,11 +264,13 @@ def show_train_plan(kind: str, config_path: Any, *, gpus: int | None, gpu_memory
              f"{devices.gpu_memory_gib:g} GiB (engines may take {devices.budget_gib:.1f})",
              f"  trained model {config.model}: {found.trained_gib:.1f} GiB per GPU (ZeRO-3 share of bf16 weights "
              "and gradients, fp32 Adam state: 16 bytes a parameter)",
-             f"  TRL's colocated vLLM: {found.colocated_gib:.1f} GiB", f"  activations: {found.activations_gib:.1f} GiB"]
+             f"  TRL's colocated vLLM: {found.colocated_gib:.1f} GiB",
+             f"  activations: {found.activations_gib:.1f} GiB ({found.activations_for})"]
     lines += [f"  frozen {name}: {gib:.1f} GiB (loaded in every process: serve it to free this)"
               for name, gib in found.frozen_gib.items()]
-    served = [spec for spec in models] + ([config.verifier] if config.verifier.startswith("openai:") else [])
+    served = [spec for spec in models] + ([config.verifier] if (config.verifier or "").startswith("openai:") else [])
     lines += [f"  served: {spec}" for spec in served]
     check_training(found, devices)
+    _check_frozen_engines(kind, config, models, world=processes or devices.gpus)  # type: ignore[arg-type]
     lines.append(f"fits: {found.total_gib:.1f} of {devices.budget_gib:.1f} GiB per GPU")
     return lines

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,7 +167,30 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
         ConfigError: an unknown or unloadable benchmark, an evaluator that cannot be built, or nothing left to
             run; with `skip_unavailable` only the last.
     """
+    ready = load_benchmarks(plan)
+    build_models(plan, pool, ready)
+    pool.preflight()
+    check_built(plan, ready, doing="run")
+    return ready
 
+
+def check_built(plan: RunPlan, ready: Prepared, *, doing: str) -> None:
+    """Refuse a run left with no benchmark or no evaluator (policy) to `doing` (`run`, `plan`)."""
+    built = ready.policies if plan.policy else ready.evaluators
+    if not ready.items or not built:
+        missing = "benchmark" if not ready.items else "policy" if plan.policy else "evaluator"
+        reasons = "; ".join(f"{k}: {v}" for k, v in ready.unavailable.items())
+        raise ConfigError(f"no {missing} could be loaded, nothing to {doing} ({reasons})")
+
+
+def load_benchmarks(plan: RunPlan) -> Prepared:
+    """Check the run's `bench_options` and benchmark kinds, and load every benchmark's items (with
+    `skip_unavailable`, one that cannot be loaded is listed in `unavailable` instead); `run` and `plan` alike.
+
+    Raises:
+        ConfigError: options for a benchmark the run lacks, a benchmark of the wrong kind for the table, or one
+            that cannot be loaded (an unknown option or item, data not found), unless `skip_unavailable`.
+    """
     from harness.registry import did_you_mean, lookup
 
     stray = sorted(set(plan.bench_options) - set(plan.benchmarks))
@@ -189,13 +212,6 @@ def prepare(plan: RunPlan, pool: Any) -> Prepared:
             if not plan.skip_unavailable:
                 raise
             ready.unavailable[f"benchmark {name}"] = str(exc)
-    build_models(plan, pool, ready)
-    pool.preflight()
-    built = ready.policies if plan.policy else ready.evaluators
-    if not ready.items or not built:
-        missing = "benchmark" if not ready.items else "policy" if plan.policy else "evaluator"
-        reasons = "; ".join(f"{k}: {v}" for k, v in ready.unavailable.items())
-        raise ConfigError(f"no {missing} could be loaded, nothing to run ({reasons})")
     return ready
 
 
@@ -304,31 +320,83 @@ class Schedule:
     """Row spec -> its phase."""
     models: dict[str, Any]
     """Pool key -> `harness.plan.LocalModel` (sized only when the run has devices)."""
+    contexts: dict[str, Any] = field(default_factory=dict)
+    """Pool key -> `harness.contexts.Context`: the `max_model_len` each local vLLM engine was given."""
 
     def to_json(self) -> dict[str, Any]:
         return {"phases": [{"models": sorted(p.models), "release_after": sorted(p.release_after)}
                            for p in self.phases],
-                "models": {k: dataclasses.asdict(m) for k, m in self.models.items()}}
+                "models": {k: dataclasses.asdict(m) for k, m in self.models.items()},
+                "contexts": {k: dataclasses.asdict(c) for k, c in self.contexts.items()}}
 
 
 def schedule_rows(plan: RunPlan, ready: Prepared, pool: Any, *, size: bool = False) -> Schedule:
     """The phases the rows' local models run in, fitted to `plan.devices`, and each vLLM engine placed (its
-    devices and share of each); one phase without devices. The models are sized from their configs when the
-    plan has devices, or when `size` asks.
+    devices and share of each); one phase without devices. Each local vLLM engine first gets the run's longest
+    request of it as its `max_model_len` (`harness.contexts`), so it is sized and started for that, never for
+    the model's own limit. The models are sized from their configs when the plan has devices, or when `size`
+    asks.
 
     Raises:
         ConfigError: for models that do not fit together even alone, with the numbers and the ways out.
     """
+    from harness.contexts import fit_contexts, run_asks
     from harness.plan import local_models, place, placements, plan_phases
     from harness.schedule import phase_of
 
     local = set(pool.local())
+    asks = run_asks(plan, ready, pool.key_of)
+    contexts = fit_contexts(pool, {k: v for k, v in asks.items() if k in local})
     groups = {spec: frozenset(k for k in keys if k in local) for spec, keys in ready.needs.items()}
     sized = size or plan.devices is not None
     models = local_models(pool, sorted(local), plan.devices) if sized else {}
     phases = plan_phases(groups.values(), models, plan.devices)
     place(pool, placements(phases, models, plan.devices))
-    return Schedule(phases, {spec: phase_of(phases, g) for spec, g in groups.items()}, models)
+    return Schedule(phases, {spec: phase_of(phases, g) for spec, g in groups.items()}, models, contexts)
+
+
+def phase_hooks(scheduled: Schedule, pool: Any, *, start: bool, engines: Any = None
+                ) -> tuple[Callable[[int], Awaitable[None]], Callable[[int], Awaitable[None]]]:
+    """The loop's hooks before and after each phase (`harness.loop.run_loop`'s `before_phase`, `after_phase`).
+
+    Before a phase's units, with `start` (a run with devices: its engines share them): the phase's local models
+    not yet resident start one after another (`harness.backends.gate.Engines.start`), each `hf:` one first given
+    its planned share of every device it spans (`harness.backends.local.even_max_memory`). Without `start` (no
+    devices: a CPU machine), models load on their first uncached request, still one at a time (the load gate),
+    so a run the call cache answers loads nothing. After a phase, the models the next phase does not need are
+    released, and the next phase waits until the memory they took is free again (`Engines.release`: a no-op
+    without CUDA).
+
+    Args:
+        scheduled: The run's phases and sized models (`schedule_rows`).
+        pool: The backend pool.
+        start: Start each phase's models up front.
+        engines: A `harness.backends.gate.Engines` (tests pass one with a fake memory reader).
+    """
+    from harness.backends.gate import Engines
+    from harness.backends.hf import HFBackend
+    from harness.backends.local import even_max_memory
+
+    engines = engines if engines is not None else Engines()
+
+    async def before_phase(index: int) -> None:
+        if not start:
+            return
+        loads = []
+        for key in sorted(scheduled.phases[index].models):
+            backend = pool.backend(key)
+            if backend.resident:
+                continue
+            inner, sized = backend.backend, scheduled.models.get(key)
+            if isinstance(inner, HFBackend) and sized is not None:
+                inner.max_memory = even_max_memory(sized.devices, sized.per_device_gib)
+            loads.append((key, inner.load))
+        await engines.start(loads)
+
+    async def after_phase(index: int) -> None:
+        await engines.release(scheduled.phases[index].release_after, pool.release)
+
+    return before_phase, after_phase
 
 
 async def run_plan(
@@ -354,9 +422,7 @@ async def run_plan(
 
     ready = ready or prepare(plan, pool)
     scheduled = schedule_rows(plan, ready, pool)
-
-    async def after_phase(index: int) -> None:
-        await pool.release(scheduled.phases[index].release_after)
+    before_phase, after_phase = phase_hooks(scheduled, pool, start=plan.devices is not None)
 
     extra = {
         "rows": plan.rows,
@@ -381,6 +447,7 @@ async def run_plan(
             extra=extra,
             units=units(plan, ready, scheduled.row_phase),
             work=make_policy_work(plan, ready) if plan.policy else make_work(plan, ready),
+            before_phase=before_phase,
             after_phase=after_phase,
             parallel=parallel,
             noun="answers" if plan.policy else "sets",

@@ -67,9 +67,14 @@ def _job(what: str, args: TrainRun, *, endpoints: Path | None, overwrite: bool, 
     cfg = cfg.model_copy(update={"models": served_models(cfg.models, endpoints)})
     if args.dry_run:
         from training.job import dry_run
+        from training.learning import plan_runs
 
+        runs = plan_runs(cfg, seeds=args.seeds, control=args.control) if args.seeds > 1 or args.control else []
         for line in dry_run(what, cfg):  # type: ignore[arg-type]
             echo(line)
+        if runs:
+            echo(f"learning comparison: {len(runs)} runs, each as above: "
+                 + ", ".join(f"{arm} seed {seed} -> {run.output_dir}" for arm, seed, run in runs))
         return
     if args.seeds > 1 or args.control:
         from training.learning import compare, lines

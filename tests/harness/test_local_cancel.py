@@ -266,6 +266,89 @@ def test_step_engine_aborts_the_requests_when_stopped() -> None:
     assert engine.aborted == [(["9-internal", "8-internal"], True)]  # enqueue's internal ids, as vLLM aborts them
 
 
+def test_step_engine_takes_no_sample_the_engine_aborted_for_an_answer() -> None:
+    """A terminal's Ctrl-C reaches vLLM's engine processes too: the engine core then ends every request as aborted
+    (vllm/v1/engine/core.py:1626-1652), which must not come back as finished samples."""
+    from harness.backends.vllm_backend import step_engine
+
+    engine = FakeEngine(length=1000)
+
+    def shutting_down():
+        engine.steps += 1
+        ended, engine.waiting = list(engine.waiting), {}
+        return [types.SimpleNamespace(request_id=rid, finished=True,
+                                      outputs=[types.SimpleNamespace(finish_reason="abort")]) for rid in ended]
+
+    engine.llm_engine.step = shutting_down
+    with pytest.raises(RuntimeError, match="ended 2 of 2 requests without their answer"):
+        step_engine(engine, [{"prompt_token_ids": [1]}] * 2, [None] * 2, stop=lambda: None)
+    assert engine.aborted == [(["9-internal", "8-internal"], True)]
+
+
+class BlockedEngine:
+    """`LLM` over vLLM 0.32's `SyncMPClient`, whose step waits on `outputs_queue` for the engine core's output
+    (vllm/v1/engine/core_client.py:986); this engine core never answers (a long prefill on a CPU), and
+    `shutdown(timeout)` is recorded."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.outputs_queue, self.shutdowns, self.aborted = queue.Queue(), [], []
+        self.waiting = threading.Event()
+        core = types.SimpleNamespace(outputs_queue=self.outputs_queue, shutdown=self.shutdown)
+        self.llm_engine = types.SimpleNamespace(
+            engine_core=core, has_unfinished_requests=lambda: True, step=self.step,
+            abort_request=lambda ids, internal=False: self.aborted.append(ids),
+        )
+
+    def enqueue(self, prompts, params, use_tqdm):
+        return ["0-internal"]
+
+    def step(self):
+        self.waiting.set()
+        out = self.outputs_queue.get()
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        self.shutdowns.append(timeout)
+
+
+def test_closing_after_ctrl_c_kills_the_vllm_engine_instead_of_waiting_for_its_step(
+    endless_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the process is stopping, closing does not wait for the engine step in flight (it holds the backend's
+    lock, and a prefill on a CPU takes seconds): the engine is killed without a grace, the step wakes, its
+    requests are aborted, the work raises `Cancelled` and the backend lets the engine go."""
+    from harness import errors
+    from harness.backends.vllm_backend import VLLMBackend
+
+    monkeypatch.setattr(errors, "_stop", threading.Event())
+    backend = VLLMBackend(str(endless_dir), BackendOptions(dtype="float32"))
+    backend._llm = engine = BlockedEngine()
+    raised: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            backend._run([[1, 2, 3]], [None], stop=threading.Event())
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            raised.append(exc)
+
+    stepping = threading.Thread(target=work, daemon=True)
+    stepping.start()
+    assert engine.waiting.wait(HANG_GUARD_S)
+    errors.request_stop()  # what the first Ctrl-C does
+    closing = threading.Thread(target=backend._drop, kwargs={"closing": True}, daemon=True)
+    closing.start()
+    closing.join(HANG_GUARD_S)
+    stepping.join(HANG_GUARD_S)
+    assert not closing.is_alive() and not stepping.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], Cancelled), raised
+    assert engine.shutdowns and set(engine.shutdowns) == {0.0}  # killed at once: no grace
+    assert engine.aborted == [["0-internal"]] and not backend.resident
+
+
 # ------------------------------------------------------------------------------------------------------------
 # The command line: a signal during local generation
 

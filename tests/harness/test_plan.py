@@ -35,8 +35,9 @@ def gib(repo: str) -> float:
     return model_size(HUB_CONFIGS[repo]).gib
 
 
-def test_the_paper_preset_on_one_8_gpu_node(tmp_path: Path, node: dict[str, str]):
-    done = harness("plan", "table1", "--preset", "paper", "--gpus", "8", "--gpu-memory", "80", cwd=tmp_path, env=node)
+def test_the_paper_preset_on_one_8_gpu_node(tmp_path: Path, node: dict[str, str], shared_data: Path):
+    done = harness("plan", "table1", "--data-dir", str(shared_data), "--skip-unavailable", "--preset", "paper",
+                   "--gpus", "8", "--gpu-memory", "80", cwd=tmp_path, env=node)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "devices: 8 x 80 GiB; engines may take 73.6 GiB of each together" in out
@@ -57,7 +58,8 @@ def test_the_paper_preset_on_one_8_gpu_node(tmp_path: Path, node: dict[str, str]
 
 def test_the_same_plan_on_one_gpu_is_refused_with_the_numbers_and_the_ways_out(tmp_path: Path, node: dict[str, str],
                                                                                 shared_data: Path):
-    done = harness("plan", "table1", "--preset", "paper", "--gpus", "1", "--gpu-memory", "80", cwd=tmp_path, env=node)
+    done = harness("plan", "table1", "--data-dir", str(shared_data), "--skip-unavailable", "--preset", "paper",
+                   "--gpus", "1", "--gpu-memory", "80", cwd=tmp_path, env=node)
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: the plan does not fit: models needed together (")
@@ -81,7 +83,7 @@ def test_a_training_job_is_planned_per_gpu_and_refused_when_it_cannot_fit(tmp_pa
     trained = 8.19e9 * 16 / 6 / 2**30  # Qwen3-8B: weights, gradients and Adam state, ZeRO-3 over 6 processes
     assert f"trained model Qwen/Qwen3-8B: {trained:.1f} GiB per GPU" in fits.stdout
     assert "TRL's colocated vLLM: 24.0 GiB" in fits.stdout  # vllm_gpu_memory_utilization 0.3 of 80 GiB
-    assert "served: vllm:Qwen/Qwen3-30B-A3B" in fits.stdout and "fits: 48.3 of 73.6 GiB per GPU" in fits.stdout
+    assert "served: vllm:Qwen/Qwen3-30B-A3B" in fits.stdout and "fits: 64.0 of 73.6 GiB per GPU" in fits.stdout
     # The verifier loaded in every process instead of served: counted, and the job no longer fits.
     local = tmp_path / "local-verifier.yaml"
     text = (configs / "generator-8b.yaml").read_text()
@@ -119,18 +121,40 @@ def test_a_model_that_cannot_be_built_stops_plan_where_it_stops_run(tmp_path: Pa
     if kind != "missing path":
         folder.mkdir()
     config = _rows(tmp_path / "rm.yaml", {"Skywork-27B": f"scalar-rm:model=vllm:{folder}"})
-    plan = harness("plan", "table1", "--config", str(config), cwd=tmp_path, env=OFFLINE)
+    plan = harness("plan", "table1", "--data-dir", str(shared_data), "--config", str(config), cwd=tmp_path, env=OFFLINE)
     run = harness("run", "table1", "--config", str(config), "--data-dir", str(shared_data), "--limit", "2",
                   "--out", str(tmp_path / "run"), cwd=tmp_path, env=OFFLINE)
     line = _one_error(plan)
     assert str(folder) in line and "cannot be built" in line and "every model" not in plan.stdout
     assert run.returncode == 2 and line in run.stderr.splitlines()  # the same check, the same words
     # Told to leave out what cannot be built, both refuse a table with nothing left.
-    plan = harness("plan", "table1", "--config", str(config), "--skip-unavailable", cwd=tmp_path, env=OFFLINE)
+    plan = harness("plan", "table1", "--data-dir", str(shared_data), "--config", str(config), "--skip-unavailable",
+                   cwd=tmp_path, env=OFFLINE)
     run = harness("run", "table1", "--config", str(config), "--skip-unavailable", "--data-dir", str(shared_data),
                   "--limit", "2", "--out", str(tmp_path / "run"), cwd=tmp_path, env=OFFLINE)
-    assert "no evaluator could be built" in _one_error(plan) and str(folder) in plan.stderr
+    assert "no evaluator could be loaded, nothing to plan" in _one_error(plan) and str(folder) in plan.stderr
     assert run.returncode == 2 and "no evaluator could be loaded" in run.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ("--bench-option", "nosuch.key=1"),
+    ("--bench-option", "ultrafeedback.nosuchkey=1"),
+    ("--item", "ultrafeedback:nope"),
+    ("--data-dir", "/nonexistent"),
+], ids=["option for no benchmark", "unknown option", "unknown item", "no data"])
+def test_plan_refuses_the_benchmark_settings_run_refuses_with_the_same_line(tmp_path: Path, shared_data: Path,
+                                                                            argv: tuple[str, ...]):
+    config = _rows(tmp_path / "rows.yaml", {"Qwen3-8B zero-shot": "dynamic-rubric:generator=openai:g"})
+    data = () if "--data-dir" in argv else ("--data-dir", str(shared_data))
+    plan = harness("plan", "table1", "--config", str(config), *data, *argv, cwd=tmp_path, env=OFFLINE)
+    run = harness("run", "table1", "--config", str(config), *data, *argv, "--out", str(tmp_path / "run"),
+                  cwd=tmp_path, env=OFFLINE)
+    line = _one_error(plan)
+    assert run.returncode == 2 and line in run.stderr.splitlines() and not (tmp_path / "run").exists()
+    if "--data-dir" in argv:  # told to leave out what cannot be loaded, plan shows it and refuses an empty table
+        left = harness("plan", "table1", "--config", str(config), *argv, "--skip-unavailable", cwd=tmp_path,
+                       env=OFFLINE)
+        assert "no benchmark could be loaded, nothing to plan" in _one_error(left)
 
 
 def _qwen3_moe(**changes) -> dict:
@@ -145,12 +169,13 @@ def _qwen3_moe(**changes) -> dict:
     ({"model_type": "gemma3", "text_config": {"model_type": ["x"]}}, "text_config.model_type must be a string"),
     (_qwen3_moe(num_hidden_layers=10**9), "'num_hidden_layers' is 1000000000, more than any model has"),
 ], ids=["mlp_only_layers", "text_config.model_type", "num_hidden_layers"])
-def test_a_malformed_config_json_is_one_line_naming_the_model(tmp_path: Path, config: dict, said: str):
+def test_a_malformed_config_json_is_one_line_naming_the_model(tmp_path: Path, config: dict, said: str,
+                                                               shared_data: Path):
     folder = tmp_path / "gen"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(config))
     rows = _rows(tmp_path / "rows.yaml", {"Qwen3-8B zero-shot": f"dynamic-rubric:generator=vllm:{folder}"})
-    done = harness("plan", "table1", "--config", str(rows), cwd=tmp_path, env=OFFLINE)
+    done = harness("plan", "table1", "--data-dir", str(shared_data), "--config", str(rows), cwd=tmp_path, env=OFFLINE)
     line = _one_error(done)
     assert line.startswith(f"error: cannot size vllm:{folder}: ") and said in line
 
@@ -185,24 +210,25 @@ def test_devices_must_be_finite():
             Devices(**{"gpus": 1, "gpu_memory_gib": 80.0, **bad})
 
 
-def test_an_endpoint_for_no_model_of_the_run_stops_plan(tmp_path: Path):
+def test_an_endpoint_for_no_model_of_the_run_stops_plan(tmp_path: Path, shared_data: Path):
     folder = tmp_path / "gen"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(_qwen3_moe()))
     rows = _rows(tmp_path / "rows.yaml", {"Qwen3-8B zero-shot": f"dynamic-rubric:generator=vllm:{folder}"})
     endpoints = tmp_path / "endpoints.yaml"
     endpoints.write_text(json.dumps({"models": {f"vllm:{folder}/": {"base_url": "http://localhost:8001/v1"}}}))
-    line = _one_error(harness("plan", "table1", "--config", str(rows), "--endpoints", str(endpoints), cwd=tmp_path,
-                              env=OFFLINE))
+    line = _one_error(harness("plan", "table1", "--data-dir", str(shared_data), "--config", str(rows), "--endpoints",
+                              str(endpoints), cwd=tmp_path, env=OFFLINE))
     assert f"{endpoints}: models.vllm:{folder}/: no model of this run" in line
     assert f"differs from vllm:{folder} by a trailing slash" in line and "the run's models: " in line
     endpoints.write_text(json.dumps({"models": {f"vllm:{folder}": {"base_url": "http://localhost:8001/v1",
                                                                     "concurrency": "lots"}}}))
-    line = _one_error(harness("plan", "table1", "--config", str(rows), "--endpoints", str(endpoints), cwd=tmp_path,
-                              env=OFFLINE))
+    line = _one_error(harness("plan", "table1", "--data-dir", str(shared_data), "--config", str(rows), "--endpoints",
+                              str(endpoints), cwd=tmp_path, env=OFFLINE))
     assert line == f"error: {endpoints}: models.vllm:{folder}.concurrency: Input should be a valid integer, got 'lots'"
     endpoints.write_text(json.dumps({"models": {f"vllm:{folder}": {"base_url": "http://localhost:8001/v1"}}}))
-    served = harness("plan", "table1", "--config", str(rows), "--endpoints", str(endpoints), cwd=tmp_path, env=OFFLINE)
+    served = harness("plan", "table1", "--data-dir", str(shared_data), "--config", str(rows), "--endpoints",
+                     str(endpoints), cwd=tmp_path, env=OFFLINE)
     assert served.returncode == 0, served.stderr
     assert f"vllm:{folder} (served)" in served.stdout and "every model the rows call is served" in served.stdout
 

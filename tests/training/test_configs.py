@@ -127,10 +127,40 @@ def test_dry_run_prints_each_rules_drops_and_the_steps(tmp_path: Path, nectar_di
     seen, kept = map(int, re.search(r"nectar: (\d+) rows, (\d+) kept", done.stdout).groups())
     assert seen == 194 and kept == seen - sum(drops.values()) and {"degenerate", "repetitive"} <= set(drops)
     assert f"training rows: {kept}, held out: 0" in lines
-    steps = -(-kept * 8 // (8 * 6 * 4))
-    assert f"steps: {steps} steps x 24 prompts per step (8 completions per process x 6 processes x 4 accumulation " \
+    steps = -(-kept * 8 // (2 * 6 * 16))
+    assert f"steps: {steps} steps x 24 prompts per step (2 completions per process x 6 processes x 16 accumulation " \
            f"/ 8 per prompt)" in done.stdout
     assert not (Path("checkpoints") / "dr-generator-8b").exists()
+
+
+def _bad_endpoint(tmp_path: Path, entry: dict) -> tuple[str, ...]:
+    path = tmp_path / "endpoints.yaml"
+    path.write_text(json.dumps({"models": {"smollm2-135m": entry}}))
+    return ("--endpoints", str(path))
+
+
+@pytest.mark.parametrize(("config", "extra", "said"), [
+    ("generator-cpu.yaml", lambda _: ("--eval-every", "4"), "eval_every: the held-out evaluation needs data.heldout"),
+    ("generator-cpu-learn.yaml", lambda _: ("--seeds", "2", "--control"),
+     "a learning comparison (--seeds, --control) needs --eval-every K"),
+    ("policy-cpu.yaml", lambda tmp: _bad_endpoint(tmp, {"base_url": "http://localhost:8001/v1", "served": [1, 2]}),
+     "models.smollm2-135m: served must be"),
+    ("policy-cpu.yaml", lambda tmp: _bad_endpoint(tmp, {"base_url": "http://"}),
+     "models.smollm2-135m: base_url must be an http(s) URL with a host"),
+], ids=["eval-every without heldout", "seeds without eval-every", "served not a string", "base_url without host"])
+def test_a_dry_run_refuses_what_the_job_refuses_with_the_same_line(tmp_path: Path, nectar_dir: Path, config: str,
+                                                                   extra, said: str):
+    """`--dry-run` makes every check the job makes before it reads a row, so it never passes what `train`
+    refuses."""
+    what = _kind(Path(config))
+    argv = [sys.executable, "-m", "harness", "train", what, "--config", f"training/configs/{config}", "--data-dir",
+            str(nectar_dir), "--output-dir", str(tmp_path / "out"), *extra(tmp_path)]
+    dry = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, timeout=300, env=_env())
+    real = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=_env())
+    assert dry.returncode == 2 and real.returncode == 2, (dry.stdout, dry.stderr, real.stderr)
+    (line,) = dry.stderr.strip().splitlines()
+    assert said in line and line in real.stderr.splitlines()
+    assert not (tmp_path / "out").exists()
 
 
 def _env() -> dict[str, str]:
