@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.errors import ConfigError
+from harness.errors import TOO_DEEP, ConfigError
 
 
 class GenerationConfig(BaseModel):
@@ -143,6 +143,33 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{what} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else what
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping (YAML 1.2 forbids it; PyYAML silently
+    keeps the last, so a second `G:` under `generators:` would drop the first row without a word). Keys a merge
+    (`<<: *base`) brings in may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the base constructor refuses it with its own message
+                continue
+            if first is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is written twice (first at line {first.line + 1})", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text as Python values, with `UniqueKeyLoader` (no key written twice in one mapping)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml_mapping(path: Path, *, what: str) -> dict[str, Any]:
     """A YAML file holding a mapping of settings (an empty file is an empty mapping).
 
@@ -151,13 +178,15 @@ def read_yaml_mapping(path: Path, *, what: str) -> dict[str, Any]:
             mapping).
     """
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = load_yaml(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: the {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: the {what} is not valid YAML: {yaml_problem(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: the {what} is {TOO_DEEP}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

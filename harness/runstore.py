@@ -39,7 +39,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from harness.errors import ConfigError, HarnessError, Interrupted
+from harness.errors import TOO_DEEP, ConfigError, HarnessError, Interrupted
 from harness.jsonl import strict_json
 from harness.lock import OutputLock
 from harness.records import SCHEMA_FIELD, Record
@@ -156,8 +156,9 @@ class Manifest:
         """
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else f"not valid JSON: {exc}"
+        except (OSError, ValueError, RecursionError) as exc:
+            reason = (exc.strerror if isinstance(exc, OSError) else TOO_DEEP if isinstance(exc, RecursionError)
+                      else f"not valid JSON: {exc}")
             raise ConfigError(
                 f"{self.path}: cannot read the manifest ({reason}); it records what the output beside it was made "
                 "with: restore it, write to a new --out, or pass --overwrite to discard the output"
@@ -281,6 +282,8 @@ class RecordLog(Generic[R]):
             raise ConfigError(f"{where}: not UTF-8 text") from None
         except ValueError as exc:
             raise ConfigError(f"{where}: malformed record line (not JSON: {exc})") from None
+        except RecursionError:
+            raise ConfigError(f"{where}: malformed record line ({TOO_DEEP})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: the record is not a JSON object")
         try:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.errors import TOO_DEEP, ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +405,11 @@ def attention_shape(config: Mapping[str, Any]) -> AttentionShape:
         intermediate = _size(text, "intermediate_size", model_type)
     window = text.get("sliding_window")
     kinds = text.get("layer_types")
+    if kinds is not None and (not isinstance(kinds, list) or len(kinds) != layers):
+        # transformers refuses the same (`PreTrainedConfig.validate_layer_type`: one kind per layer)
+        got = f"{len(kinds)} entries" if isinstance(kinds, list) else f"a {type(kinds).__name__}"
+        raise ConfigError(f"{model_type}: layer_types must list one kind per layer ({layers} layers, "
+                          f"num_hidden_layers), got {got}")
     if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
         sliding, window = 0, None
     elif isinstance(kinds, list):
@@ -491,6 +496,8 @@ def _load(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno} col {exc.colno})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: {TOO_DEEP}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read ({_first_line(exc)})") from None
     if not isinstance(data, dict):

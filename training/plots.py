@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.errors import TOO_DEEP, ConfigError
 
 CURVES: tuple[tuple[str, str], ...] = (
     ("reward", "reward (TRL)"),
@@ -68,6 +68,8 @@ def read_log(path: Path) -> list[dict[str, Any]]:
             raise ConfigError(f"{where}: not UTF-8 text") from None
         except ValueError as exc:
             raise ConfigError(f"{where}: invalid JSON ({exc})") from None
+        except RecursionError:
+            raise ConfigError(f"{where}: {TOO_DEEP}") from None
         if not isinstance(line, dict):
             raise ConfigError(f"{where}: a log line is a JSON object, not {json.dumps(line)[:60]}")
         step = line.get("step")

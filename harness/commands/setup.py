@@ -68,7 +68,8 @@ def bench_options(values: list[str], current: dict) -> dict:
     """`--bench-option BENCH.KEY=VALUE` values (VALUE read as YAML: `true`, `3`, `skip`) on top of `current`."""
     import yaml
 
-    from harness.errors import ConfigError
+    from harness.config import load_yaml, yaml_problem
+    from harness.errors import TOO_DEEP, ConfigError
 
     out = {k: dict(v) for k, v in current.items()}
     for text in values:
@@ -76,7 +77,11 @@ def bench_options(values: list[str], current: dict) -> dict:
         bench, dot, name = key.partition(".")
         if not sep or not dot or not bench or not name:
             raise ConfigError(f"--bench-option {text!r}: expected BENCH.KEY=VALUE, e.g. writingbench.subset=length")
-        out.setdefault(bench, {})[name] = yaml.safe_load(value) if value else value
+        try:
+            out.setdefault(bench, {})[name] = load_yaml(value) if value else value
+        except (yaml.YAMLError, RecursionError) as exc:
+            problem = yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else TOO_DEEP
+            raise ConfigError(f"--bench-option {text!r}: the value is not YAML: {problem}") from None
     return out
 
 
