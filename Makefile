@@ -18,7 +18,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 endif
 
-.PHONY: install demo test install-vllm test-vllm gpu-smoke
+.PHONY: install demo test install-vllm test-vllm gpu-smoke gpu-smoke-vllm
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,19 @@ test-vllm: install-vllm
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HARNESS_TEST_VLLM=1 VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} \
 		$(VLLM_BIN)/python -m pytest -m vllm
 
-# Memory on a real GPU against the plan (tests marked gpu; they skip without CUDA). Figures: runs/gpu-smoke.json.
-gpu-smoke: install
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -m gpu tests/gpu -q
+# Memory on a real GPU against the plan (tests marked gpu; they skip without CUDA), in two parts of under 10 minutes
+# each on one GPU; the figures go to runs/gpu-smoke.json ($$HARNESS_GPU_SMOKE_JSON).
+#   make gpu-smoke        part 1: torch, transformers, accelerate and TRL, tiny models built in the tests, no download.
+#                         GPU_PYTHON=python3: an interpreter that has them already (no install, e.g. offline).
+#   make gpu-smoke-vllm   part 2: vLLM's CUDA build (in $(VLLM_CUDA_VENV)) and small real models in the Hub cache.
+GPU_PYTHON     ?=
+VLLM_CUDA_VENV ?= .venv-vllm-cuda
+gpu-smoke: $(if $(GPU_PYTHON),,install)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(or $(GPU_PYTHON),$(BIN)/python) -m pytest -m "gpu and not vllm" tests/gpu -q
+
+gpu-smoke-vllm:
+	$(MAKE) install-vllm VLLM=vllm VLLM_VENV=$(VLLM_CUDA_VENV)
+	$(VLLM_CUDA_VENV)/bin/pip install -q -e ".[train]" deepspeed
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HARNESS_TEST_VLLM=1 $(VLLM_CUDA_VENV)/bin/python -m pytest -m "gpu and vllm" tests/gpu -q
+	# the served tests: a chat model and a reward model (pooling runner) behind vLLM's server, one at a time
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HARNESS_TEST_VLLM=1 $(VLLM_CUDA_VENV)/bin/python -m pytest tests/harness/test_vllm_served.py -q

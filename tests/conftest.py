@@ -18,7 +18,7 @@ os.environ.setdefault("HARNESS_CACHE_DIR", str(Path(__file__).resolve().parent.p
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     has_cuda = False
-    if any("gpu" in item.keywords for item in items):
+    if any(item.get_closest_marker("gpu") for item in items):
         try:
             import torch
 
@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             pass
     has_vllm = importlib.util.find_spec("vllm") is not None
     for item in items:
-        if "gpu" in item.keywords and not has_cuda:
+        if item.get_closest_marker("gpu") and not has_cuda:  # the marker, not the keyword: tests/gpu/ is `gpu`
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
         if "vllm" in item.keywords and not has_vllm and os.environ.get("HARNESS_TEST_VLLM") != "1":
             item.add_marker(pytest.mark.skip(reason="needs vLLM (make test-vllm installs it and runs these)"))
