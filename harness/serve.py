@@ -256,6 +256,13 @@ def _served(spec: str, backend: Any, setting: Any, devices: Any) -> ServedModel:
     engine = None
     if devices is not None:
         tp, engine = fit_tensor_parallel(spec, source, options, devices, tp=tp)
+    else:  # no GPU to fit: its config.json is still counted, as `plan` counts it, before a server is started on it
+        from harness.weights import model_size, read_config
+
+        try:
+            model_size(read_config(source.path, revision=source.revision), dtype=options.dtype)
+        except ConfigError as exc:
+            raise ConfigError(f"cannot size {spec}: {exc}") from None
     tp = tp or 1
     extra = ["--enforce-eager"] if options.enforce_eager else []
     if engine is not None:

@@ -86,7 +86,9 @@ main()
 def _checkpoint(path: Path, arch: str) -> str:
     """A checkpoint folder as far as building a backend reads it: its config.json (nothing loads)."""
     path.mkdir(parents=True)
-    config = {"architectures": [arch], "model_type": "llama", "num_labels": 1}
+    config = {"architectures": [arch], "model_type": "llama", "num_labels": 1, "hidden_size": 64,
+              "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 256, "max_position_embeddings": 512}
     (path / "config.json").write_text(json.dumps(config))
     return str(path)
 
@@ -341,6 +343,16 @@ def _serve_refused(setup: dict, config: Path, started: list[dict], *, driver: st
             proc.wait()
     (line,) = err.read_text().strip().splitlines()
     return line
+
+
+def test_a_model_that_cannot_be_sized_is_refused_without_gpus_before_any_server_starts(setup: dict) -> None:
+    """On a machine without GPUs nothing is fitted, but a config.json `plan` would refuse (10^9 layers) is refused
+    here too, before a server is started on it."""
+    folder = Path(setup["gen"].removeprefix("vllm:"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 10**9}))
+    line = _serve_refused(setup, _config(setup, {}, rows=("dr",)), [])
+    assert line.startswith(f"error: cannot size {setup['gen']}: ") and "num_hidden_layers" in line
 
 
 def _text(path: Path) -> str:
