@@ -100,9 +100,12 @@ def _entry(entry: Any, *, where: str, spec: str) -> Endpoint:
 
 
 def _is_server_url(url: str) -> bool:
-    """Whether `url` is an http(s) URL that names a host (and, where it has one, a valid port)."""
+    """Whether `url` is an http(s) URL that names a host (and, where it has one, a valid port), with no whitespace
+    or control character anywhere (`urlsplit` silently drops tabs and line breaks; a space would be sent as is)."""
     from urllib.parse import urlsplit
 
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        return False
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number

@@ -46,6 +46,9 @@ def test_the_models_mapping_and_its_errors(tmp_path: Path):
     ({"base_url": "http://"}, "models.m: base_url must be an http(s) URL with a host"),
     ({"base_url": "http://:8000/v1"}, "base_url must be an http(s) URL with a host"),
     ({"base_url": "http://a:99999/v1"}, "base_url must be an http(s) URL with a host"),
+    ({"base_url": "http://a/v1\r\nX-Injected: 1"}, "base_url must be an http(s) URL with a host"),
+    ({"base_url": "http://a b/v1"}, "base_url must be an http(s) URL with a host"),
+    ({"base_url": ["http://a/v1", " http://b/v1"]}, "base_url must be an http(s) URL with a host"),
     ({"base_url": ["http://a/v1", "http://a/v1/"]}, "models.m: base_url lists http://a/v1/ twice"),
 ], ids=lambda v: str(v)[:40])
 def test_every_value_of_an_entry_is_checked_by_type(entry: dict, said: str):
