@@ -132,10 +132,16 @@ ENGINE_NUMBERS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv
 `harness.vllm_memory.engine_kwargs` there): with them, startup no longer depends on vLLM's profiling."""
 
 
-def llm_kwargs(source: Any, options: BackendOptions, *, engine_fields: set[str]) -> dict[str, Any]:
+def llm_kwargs(source: Any, options: BackendOptions, *, engine_fields: set[str], device: str = "cuda"
+               ) -> dict[str, Any]:
     """The keyword arguments of `vllm.LLM` for `source` (`harness.backends.local.ModelSource`) under `options`,
     among the installed vLLM's `EngineArgs` fields `engine_fields`: each of `ENGINE_NUMBERS` the options set (a
-    `kv_cache_memory_bytes` this vLLM does not take is left to `gpu_memory_utilization`, with a warning)."""
+    `kv_cache_memory_bytes` this vLLM does not take is left to `gpu_memory_utilization`, with a warning).
+
+    On vLLM's CPU build (`device` "cpu") prompts are prefilled whole (`enable_chunked_prefill` off, the batch at
+    least `max_model_len`): when a chunked prefill discards the token sampled for a seeded request, vLLM rewinds
+    that request's generator, which a CPU generator cannot do (`v1/worker/gpu_model_runner.py:3497-3502`,
+    `gen.set_offset`: "CPU Generator does not use offset"), and the engine dies."""
     kwargs: dict[str, Any] = {
         "model": source.path,
         "enable_prefix_caching": True,
@@ -157,6 +163,10 @@ def llm_kwargs(source: Any, options: BackendOptions, *, engine_fields: set[str])
         else:
             log.warning("this vLLM takes no %s; the engine sizes it from gpu_memory_utilization %s", name,
                         options.gpu_memory_utilization)
+    if device == "cpu" and "enable_chunked_prefill" in engine_fields:
+        kwargs["enable_chunked_prefill"] = False
+        if kwargs.get("max_num_batched_tokens") is not None and options.max_model_len is not None:
+            kwargs["max_num_batched_tokens"] = max(kwargs["max_num_batched_tokens"], options.max_model_len)
     if "structured_outputs_config" in engine_fields:
         # llguidance, as `hf` uses: both local backends decode under the same grammar (harness.backends.grammar).
         kwargs["structured_outputs_config"] = {"backend": "guidance"}
@@ -253,7 +263,8 @@ class VLLMBackend(BaseBackend):
                 + INSTALL_HINT
             )
         src, opts = self._source, self.options
-        kwargs = llm_kwargs(src, opts, engine_fields={f.name for f in dataclasses.fields(vllm.EngineArgs)})
+        kwargs = llm_kwargs(src, opts, engine_fields={f.name for f in dataclasses.fields(vllm.EngineArgs)},
+                            device=device)
         log.info("starting the vLLM engine for %s on %s (dtype %s)", self.model, device, opts.dtype)
         llm = vllm.LLM(**kwargs)
         self._vllm = vllm

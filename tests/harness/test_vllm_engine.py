@@ -157,6 +157,25 @@ def test_sampled_generation_is_seeded_per_sample(engine) -> None:
     assert len(set(three.texts)) > 1  # different seeds per sample
 
 
+def test_seeded_samples_beside_prompts_longer_than_a_batch(tmp_path: Path) -> None:
+    """Seeded sampling while prompts longer than `max_num_batched_tokens` prefill: on vLLM's CPU build a chunked
+    prefill kills the engine (it rewinds the seeded request's generator, which a CPU generator cannot), so the
+    backend prefills whole prompts there; on a GPU chunking stays on. Every sample comes back, seeded."""
+    from harness.backends.vllm_backend import VLLMBackend
+
+    path = build_tiny_lm(tmp_path / "model", head_dim=32, context=2048)
+    b = VLLMBackend(str(path), BackendOptions(dtype="float32", enforce_eager=True, gpu_memory_utilization=0.3,
+                                              max_model_len=1024, max_num_batched_tokens=64))
+    long = [req("one two three four five " * 40, temperature=1.0, seed=s, max_tokens=8) for s in range(4)]
+    try:
+        first = run(b.generate(long))
+        again = run(b.generate(long))
+    finally:
+        run(b.close())
+    assert all(c.ok for c in first + again), [c.error for c in first + again if not c.ok]
+    assert [c.texts for c in first] == [c.texts for c in again]
+
+
 def test_concurrent_calls_are_merged_into_batched_engine_calls(engine) -> None:
     calls = [[req(f"set {i}: Is the answer Yes or No?", max_tokens=8)] for i in range(6)]
     asks = [[LogprobRequest(user_chat(f"set {i}: Yes or No?"))] for i in range(6)]
