@@ -41,10 +41,6 @@ class BackendUnavailableError(HarnessError):
     """A backend that cannot start or be reached (server down, missing extra, no GPU)."""
 
 
-class NotImplementedYetError(HarnessError):
-    """A CLI verb whose implementation lands in a later release."""
-
-
 class Interrupted(HarnessError):
     """The user stopped the run (Ctrl-C, SIGTERM); the message says what was saved."""
 

@@ -12,6 +12,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The project's tests see its built-in entries only: an installed plugin must not change their results (the plugin
+# tests give their subprocesses entry points of their own, without this variable).
+os.environ["HARNESS_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 # Converted embedded models are reused across test runs of one checkout (conversion takes ~30 s).
 os.environ.setdefault("HARNESS_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "harness"))
 

@@ -14,7 +14,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -34,7 +34,6 @@ from harness.commands.options import (
 from harness.errors import (
     HarnessError,
     Interrupted,
-    NotImplementedYetError,
     exit_interrupted,
     request_stop,
     saved_line,
@@ -76,10 +75,6 @@ def _main(
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF conversion's own bars
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM logs its engine start to stdout otherwise
-
-
-def _not_yet(verb: str) -> None:
-    raise NotImplementedYetError(f"'harness {verb}' is not implemented yet")
 
 
 # ---------------------------------------------------------------------------------------------------- options
@@ -578,18 +573,31 @@ def doctor(
 # ---------------------------------------------------------------------------------------------------- list
 
 
+def _usable(kind: str) -> Iterator[tuple[str, Any]]:
+    """(name, entry) of every entry of `kind` that passes its contract, after a `broken: NAME (why)` line for each
+    plugin that does not (`harness.registry`): one broken plugin never hides the others."""
+    from harness.registry import broken, lookup, names
+
+    usable = []
+    for name in names(kind):
+        try:
+            usable.append((name, lookup(kind, name)))
+        except HarnessError as exc:
+            typer.echo(f"broken: {name} ({exc})")
+    for name, why in broken(kind):  # a name two plugins claim, or a built-in's a plugin claims too
+        typer.echo(f"broken: {name} ({why})")
+    yield from usable
+
+
 @list_app.command("models")
 def list_models() -> None:
     """Model aliases and the backend kinds that take KIND:NAME specs."""
-    from harness.registry import lookup, names
-
     typer.echo("backend kinds (spec KIND:NAME):")
-    for kind in names("backend"):
-        doc = (lookup("backend", kind).__doc__ or "").strip().splitlines()[0]
+    for kind, backend in _usable("backend"):
+        doc = (backend.__doc__ or "").strip().splitlines()[0]
         typer.echo(f"  {kind + ':NAME':<14} {doc}")
     typer.echo("aliases:")
-    for alias in names("model"):
-        entry = lookup("model", alias)
+    for alias, entry in _usable("model"):
         typer.echo(f"  {alias:<14} {entry.description} [{entry.license}]")
         typer.echo(f"  {'':<14} {entry.status()}")
 
@@ -597,16 +605,14 @@ def list_models() -> None:
 @list_app.command("tables")
 def list_tables() -> None:
     """Paper tables that `harness run` reproduces."""
-    _list_kind("table")
+    for name, _ in _usable("table"):
+        typer.echo(name)
 
 
 @list_app.command("benchmarks")
 def list_benchmarks() -> None:
     """Registered benchmarks: kind, the paper's name, the metrics they declare (headline first), and source."""
-    from harness.registry import lookup, names
-
-    for name in names("benchmark"):
-        bench = lookup("benchmark", name)
+    for name, bench in _usable("benchmark"):
         doc = (type(bench).__doc__ or "").strip().splitlines()
         declared = ",".join(m.name for m in bench.metrics)
         typer.echo(f"{name:<18} {bench.kind:<9} {bench.display:<20} {declared:<15} {doc[0] if doc else ''}")
@@ -615,21 +621,9 @@ def list_benchmarks() -> None:
 @list_app.command("evaluators")
 def list_evaluators() -> None:
     """Evaluator kinds and their settings; a spec is KIND:key=value,... (e.g. dynamic-rubric:generator=smollm2-135m)."""
-    from harness.registry import lookup, names
-
-    for kind in names("evaluator"):
-        doc = (lookup("evaluator", kind).__doc__ or "").strip().splitlines()
+    for kind, build in _usable("evaluator"):
+        doc = (build.__doc__ or "").strip().splitlines()
         typer.echo(f"{kind:<16} {doc[0] if doc else ''}")
-
-
-def _list_kind(kind: str) -> None:
-    from harness.registry import names
-
-    found = names(kind)
-    if not found:
-        _not_yet(f"list {kind}s")
-    for name in found:
-        typer.echo(name)
 
 
 # ---------------------------------------------------------------------------------------------------- cache

@@ -103,18 +103,33 @@ async def server(request):
     return json_response(chat_completion([str(n + 1 if body["model"] == "good" or n % 2 else n - 1)]))
 
 
-def test_a_plugin_benchmark_runs_through_run_report_and_compare(tmp_path: Path):
-    plugin = tmp_path / "plugin"
-    (plugin / "toy-0.1.dist-info").mkdir(parents=True)
-    (plugin / "toy_bench.py").write_text(textwrap.dedent(MODULE))
-    (plugin / "toy-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: toy\nVersion: 0.1\n")
-    (plugin / "toy-0.1.dist-info" / "entry_points.txt").write_text(ENTRY_POINTS)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin), str(Path.cwd())]),
-           "HARNESS_CALL_CACHE": str(tmp_path / "calls.sqlite")}
+def install(folder: Path, dist: str, modules: dict[str, str], entry_points: str) -> Path:
+    """A distribution `dist` on `folder` (put on PYTHONPATH): its modules and its entry points, as pip installs
+    them."""
+    info = folder / f"{dist}-0.1.dist-info"
+    info.mkdir(parents=True)
+    for name, text in modules.items():
+        (folder / f"{name}.py").write_text(textwrap.dedent(text))
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return folder
+
+
+def runner(tmp_path: Path, *folders: Path):
+    """`harness ARGS` in a subprocess that sees the plugins installed on `folders` (and reads entry points)."""
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_DISABLE_PLUGIN_AUTOLOAD"}
+    env.update(PYTHONPATH=os.pathsep.join([*map(str, folders), str(Path.cwd())]),
+               HARNESS_CALL_CACHE=str(tmp_path / "calls.sqlite"))
 
     def harness(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
                               timeout=600, env=env)
+
+    return harness
+
+
+def test_a_plugin_benchmark_runs_through_run_report_and_compare(tmp_path: Path):
+    harness = runner(tmp_path, install(tmp_path / "plugin", "toy", {"toy_bench": MODULE}, ENTRY_POINTS))
 
     listed = harness("list", "benchmarks")
     assert listed.returncode == 0 and "toy " in listed.stdout and "bigger" in listed.stdout
@@ -133,3 +148,52 @@ def test_a_plugin_benchmark_runs_through_run_report_and_compare(tmp_path: Path):
     gate = harness("compare", str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "gate"))
     cells = json.loads((tmp_path / "gate" / "compare.json").read_text())["cells"]
     assert [(c["benchmark"], c["metric"], c["diff"]) for c in cells] == [("toy", "bigger", -0.5)], gate.stdout
+
+
+BROKEN = MODULE.replace('name, display, kind, metrics = "toy", "Toy", "policy", (BIGGER,)',
+                        'name, kind, metrics = "toy", "policy", (BIGGER,)')
+
+
+def test_a_broken_plugin_is_one_line_before_any_call_and_the_listing_shows_the_rest(tmp_path: Path):
+    """A benchmark without `display`, a target that does not import, a built-in's name and a name two plugins
+    claim: `harness list` shows each as `broken: NAME (why)` beside every working entry, and a run that names one
+    stops with one line naming the plugin, its distribution and what is missing, before any model call."""
+    assert "display =" not in BROKEN and "display," not in BROKEN
+    first = install(tmp_path / "a", "broken-bench", {"broken_bench": BROKEN}, """
+[harness.benchmark]
+nodisplay = broken_bench:TOY
+nomodule = no_such_module:THING
+judgebench = broken_bench:TOY
+twice = broken_bench:TOY
+""")
+    second = install(tmp_path / "b", "other-bench", {}, "[harness.benchmark]\ntwice = other_bench:THING\n")
+    harness = runner(tmp_path, first, second)
+    listed = harness("list", "benchmarks")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    broken = {line.split(" ", 2)[1]: line for line in lines if line.startswith("broken: ")}
+    assert set(broken) == {"nodisplay", "nomodule", "judgebench", "twice"}, lines
+    origin = "plugin nodisplay = broken_bench:TOY of distribution broken-bench"
+    assert f"({origin}): a benchmark needs name, display, kind, metrics and load; it has no display" \
+        in broken["nodisplay"]
+    assert "cannot import no_such_module:THING: ModuleNotFoundError" in broken["nomodule"]
+    assert "the benchmark name 'judgebench' is built in" in broken["judgebench"]
+    assert "2 plugins name this benchmark" in broken["twice"] and "other-bench" in broken["twice"]
+    working = [line.split()[0] for line in lines if not line.startswith("broken: ")]
+    assert {"judgebench", "ultrafeedback", "aeollm"} <= set(working)  # the built-ins, judgebench included
+
+    called: list[str] = []
+
+    async def server(request):
+        called.append(request.path)
+        return json_response({"object": "list", "data": []})
+
+    with serve_in_thread(server) as url:
+        for bench, said in (("nodisplay", f"({origin}): a benchmark needs"), ("twice", "2 plugins name this"),
+                            ("nomodule", "cannot import no_such_module:THING")):
+            done = harness("eval", "-e", "pairwise-judge:model=openai:judge", "--base-url", url, "-b", bench,
+                           "--out", str(tmp_path / bench))
+            assert done.returncode == 2, done.stderr
+            (line,) = done.stderr.strip().splitlines()
+            assert line.startswith(f"error: benchmark {bench!r}") and said in line, line
+    assert called == []
