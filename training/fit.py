@@ -10,7 +10,11 @@ held-out evaluation and resuming.
   (the generator under the rubric grammar) and scoring with the same reward and frozen models. The reward logs
   what the held-out numbers are (`training.rewards`): for the generator the mean discriminability reward
   (`eval_dr/disc_mean`) and how often its rubric orders the Nectar anchors as annotated (`eval_dr/anchor_pair_acc`,
-  strict: a tie is wrong), for the policy the mean rubric score under the frozen generator (`eval_dr/reward_mean`).
+  strict: a tie is wrong), for the policy the mean rubric score under the frozen generator (`eval_dr/reward_mean`),
+  against one fixed rubric per held-out prompt made at the first evaluation. Each evaluation also appends one line
+  per held-out prompt to `eval_scores.jsonl` (`training.heldout`), for paired statistics over prompts.
+  `evaluate_at` evaluates weights as they are on the streams of given steps (the base weights of a learning
+  comparison, `training.learning`).
 - **The processes agree.** After the last step every process hashes its weights (`weights_digest`) and the main
   process records them by rank in the manifest (`processes.weights`): DDP keeps them equal.
 - **Length.** `grpo.epochs` passes over the rows become TRL's `max_steps` here, from the rows, the group size,
@@ -20,7 +24,8 @@ held-out evaluation and resuming.
   generator's by nothing more, the policy's by its group's std) unless `grpo.scale_rewards` overrides it.
 - **Resuming.** With `save_steps`, TRL writes `checkpoint-N` dirs (weights, optimizer, scheduler, each rank's random
   state, the trainer state); an unfinished job resumes from the latest complete one (`resume_from_checkpoint`:
-  TRL skips the batches already trained, so the data order is the same), keeping the log lines up to it.
+  TRL skips the batches already trained, so the data order is the same), keeping the log lines (and per-prompt
+  held-out scores) up to it, and the fixed held-out rubrics.
 """
 
 from __future__ import annotations
@@ -51,26 +56,32 @@ class Fitted:
     """How long it trained and how much of the data that covered."""
 
 
-def make_reward(kind: str, config: TrainConfig, pool: Any) -> Any:
+def make_reward(kind: str, config: TrainConfig, pool: Any, *, heldout_dir: Path | None = None) -> Any:
     """The TRL reward function of a generator or policy job, its frozen models from `pool`: the generator's
     `GeneratorReward`; the policy's `PolicyReward` over the evaluator `policy_reward_spec` names (RaR's static
-    rubric seeded per row: one rubric per prompt, reused every epoch).
+    rubric seeded per row: one rubric per prompt, reused every epoch). With `config.shuffle_rewards` (the
+    shuffled control) it is wrapped in `ShuffledReward`. `heldout_dir`: where the held-out evaluation keeps its
+    per-prompt record (`training.heldout`: fixed rubrics, per-prompt scores).
 
     Raises:
         ConfigError: for an evaluator spec the registry refuses.
     """
     from judges import load_evaluator
     from judges.base import parse_evaluator_spec
-    from training.rewards import GeneratorReward, PolicyReward
+    from training.rewards import GeneratorReward, PolicyReward, ShuffledReward
 
     g = config.grpo.num_generations
     if kind == "generator":
-        return GeneratorReward(pool.get(config.verifier), group_size=g, lam=config.lam, objective=config.objective,
-                               mode=config.verify_mode, structured=config.structured)
-    spec = policy_reward_spec(config)
-    evaluator = load_evaluator(spec, pool)
-    static = parse_evaluator_spec(spec)[0] == "static-rubric"
-    return PolicyReward(evaluator, group_size=g, seed=config.grpo.seed, per_row=static)
+        reward: Any = GeneratorReward(pool.get(config.verifier), group_size=g, lam=config.lam,
+                                      objective=config.objective, mode=config.verify_mode,
+                                      structured=config.structured, heldout_dir=heldout_dir)
+    else:
+        spec = policy_reward_spec(config)
+        evaluator = load_evaluator(spec, pool)
+        static = parse_evaluator_spec(spec)[0] == "static-rubric"
+        reward = PolicyReward(evaluator, group_size=g, seed=config.grpo.seed, per_row=static,
+                              eval_group_size=config.grpo.extra.get("num_generations_eval"), heldout_dir=heldout_dir)
+    return ShuffledReward(reward, seed=config.grpo.seed) if config.shuffle_rewards else reward
 
 
 def policy_reward_spec(config: TrainConfig) -> str:
@@ -97,15 +108,6 @@ def latest_checkpoint(out: Path) -> Path | None:
         if step.isdigit() and (path / "trainer_state.json").is_file():
             found.append((int(step), path))
     return max(found)[1] if found else None
-
-
-def _keep_log_until(log: Path, step: int | None) -> None:
-    """Drop the log lines after `step` (all of them for None): what a resumed run writes again."""
-    if step is None or not log.is_file():
-        log.unlink(missing_ok=True)
-        return
-    kept = [line for line in log.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= step]
-    log.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
 
 def _callbacks(log: Path, *, evaluate: bool) -> list[Any]:
@@ -149,10 +151,8 @@ def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], rewar
     Raises:
         ConfigError: when the model cannot be loaded.
     """
-    from datasets import Dataset
-
+    from training.heldout import SCORES, keep_until
     from training.ranks import current
-    from training.trainer import DRGRPOTrainer
 
     steps = plan_steps(settings, rows=len(dataset), processes=current().world)
     settings = with_steps(settings, steps)
@@ -161,28 +161,69 @@ def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], rewar
     log = out / LOG
     checkpoint = latest_checkpoint(out) if resume else None
     if current().main:
-        _keep_log_until(log, _step_of(checkpoint))
+        for written in (log, out / SCORES):  # what a resumed run writes again
+            keep_until(written, _step_of(checkpoint))
     evaluate = bool(heldout) and eval_every is not None
-    args = grpo_config(settings, out, rollouts=rollouts, eval_every=eval_every if evaluate else None,
-                       scale_rewards=getattr(reward, "scale_rewards", "group"))
+    trainer = _trainer(model, settings, dataset, reward, out, heldout=heldout if evaluate else None,
+                       eval_every=eval_every if evaluate else None, rollouts=rollouts)
     if checkpoint is not None:
-        args.eval_on_start = False  # the resumed step was evaluated before the interruption
-    # TRL warns with the whole row for every completion no reward could score; the reward counts those itself
-    # (`dr/unscored_*` in the log).
-    logging.getLogger("trl.trainer.grpo_trainer").setLevel(logging.ERROR)
-    callbacks = _callbacks(log, evaluate=evaluate)
-    try:
-        trainer = DRGRPOTrainer(model=model_path(model), reward_funcs=[reward], args=args,
-                                train_dataset=Dataset.from_list(dataset),
-                                eval_dataset=Dataset.from_list(heldout) if evaluate else None,
-                                callbacks=callbacks, rollout_constraint=rollouts)
-    except OSError as exc:
-        raise ConfigError(f"cannot load the model to train {model!r}: {exc}") from None
+        trainer.args.eval_on_start = False  # the resumed step was evaluated before the interruption
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
     trainer.save_model(str(out))
     if trainer.args.should_save:
         trainer.processing_class.save_pretrained(str(out))
     return Fitted(log, _weights_by_rank(trainer), steps)
+
+
+def _trainer(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], reward: Any, out: Path, *,
+             heldout: list[dict[str, Any]] | None, eval_every: int | None, rollouts: Any) -> Any:
+    """`DRGRPOTrainer` of one run (the log written by the main process), evaluating `heldout` when given.
+
+    Raises:
+        ConfigError: when the model cannot be loaded.
+    """
+    from datasets import Dataset
+
+    from training.trainer import DRGRPOTrainer
+
+    args = grpo_config(settings, out, rollouts=rollouts, eval_every=eval_every,
+                       scale_rewards=getattr(reward, "scale_rewards", "group"))
+    # TRL warns with the whole row for every completion no reward could score; the reward counts those itself
+    # (`dr/unscored_*` in the log).
+    logging.getLogger("trl.trainer.grpo_trainer").setLevel(logging.ERROR)
+    try:
+        return DRGRPOTrainer(model=model_path(model), reward_funcs=[reward], args=args,
+                             train_dataset=Dataset.from_list(dataset),
+                             eval_dataset=Dataset.from_list(heldout) if heldout else None,
+                             callbacks=_callbacks(out / LOG, evaluate=bool(heldout)), rollout_constraint=rollouts)
+    except OSError as exc:
+        raise ConfigError(f"cannot load the model to train {model!r}: {exc}") from None
+
+
+def evaluate_at(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], reward: Any, out: Path, *,
+                heldout: list[dict[str, Any]], steps: list[int], eval_every: int, rollouts: Any = None) -> Path:
+    """The held-out evaluation of `model`'s weights as they are (no step taken) on the evaluation streams of the
+    given steps: at each step TRL's evaluation runs exactly as a run of the same settings evaluates at that step
+    (the same rows, order and sampling seeds: `training.trainer`), so the base weights' number sits beside the
+    trained run's on the same samples' stream. Log lines go to `out/train_log.jsonl` (replaced) and the reward's
+    per-prompt record where the reward keeps it. Returns the log's path.
+
+    Raises:
+        ConfigError: when the model cannot be loaded.
+    """
+    from training.ranks import current
+
+    settings = with_steps(settings, plan_steps(settings, rows=len(dataset), processes=current().world))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if current().main:
+        (out / LOG).unlink(missing_ok=True)
+    trainer = _trainer(model, settings, dataset, reward, out, heldout=heldout, eval_every=eval_every,
+                       rollouts=rollouts)
+    for step in steps:
+        trainer.state.global_step = step
+        trainer.evaluate()
+    return out / LOG
 
 
 def weights_digest(model: Any) -> str:

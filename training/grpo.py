@@ -78,7 +78,6 @@ class GRPOSettings(BaseModel):
     per_device_train_batch_size: int = Field(8, ge=1)
     gradient_accumulation_steps: int = Field(1, ge=1)
     learning_rate: float = Field(1e-6, ge=0)
-    """0 makes a control run: every step is taken and nothing moves (`--control`)."""
     epochs: float | None = Field(None, gt=0)
     """Passes over the training rows; the steps follow at launch (`plan_steps`). Unset with `max_steps` unset: 1."""
     max_steps: int | None = Field(None, ge=1)
@@ -224,6 +223,12 @@ class TrainConfig(BaseModel):
     """Policy: the frozen generator's rubric budget."""
     eval_every: int | None = Field(None, ge=1)
     """Evaluate the held-out split (`data.heldout`) at step 0, every N steps and at the end (`training.fit`)."""
+    shuffle_rewards: bool = False
+    """The shuffled control (`--control shuffled`, `training.learning`): each training batch's rewards permuted
+    before the advantages (`training.rewards.ShuffledReward`)."""
+    heldout_rubrics: Path | None = None
+    """Policy: fixed held-out rubrics to start from (`training.heldout`), copied into the output dir when it has
+    none; a learning comparison points its shuffled runs at the trained run's. None: the run makes its own."""
     data: DataConfig = Field(default_factory=DataConfig)
     grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     backend: dict[str, Any] = Field(default_factory=dict)

@@ -11,6 +11,9 @@ trains it again) and resumes an unfinished one from its latest `checkpoint-N` (w
 the start): the generator's response sets (`sets.jsonl`) resume, and the call cache answers the frozen models'
 repeated calls.
 
+`evaluate_base` evaluates the job's starting weights, no step taken, on the held-out streams of given steps (a
+learning comparison's base arm, `training.learning`).
+
 `dry_run` reads and filters the data and says what the job would train on (each rule's drops, the rows, the
 steps and the passes over the data they make) without loading a model: `harness train generator|policy
 --dry-run`.
@@ -52,6 +55,8 @@ NECTAR_PROMPT_TOKENS = 2048
 the longest one its rows hold."""
 CHAT_TOKENS = 32
 """The chat template's markup around the one user message of a training prompt."""
+SETS = "sets.jsonl"
+"""The generator's response sets, in its output dir."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +138,11 @@ def job_settings(kind: Kind, config: TrainConfig, *, parents: Mapping[str, Mappi
                  data: str) -> dict[str, Any]:
     """Everything that changes what a job trains: its kind, its config (less the output dir, the data dir's path
     and the runtime knobs: the backend's options, whose output-changing choices are in the models' identities,
-    `GRPOSettings.RUNTIME`, and `eval_every`: the held-out evaluation draws on a random stream of its own and
-    leaves the training unchanged), the identities of its parents and the data's fingerprint."""
+    `GRPOSettings.RUNTIME`, and `eval_every` and `heldout_rubrics`: the held-out evaluation draws on a random
+    stream of its own and leaves the training unchanged), the identities of its parents and the data's fingerprint."""
     values = config.model_dump(mode="json", exclude={
         "output_dir": True, "backend": True, "models": True, "devices": True, "eval_every": True,
+        "heldout_rubrics": True,
         "data": {"data_dir": True}, "grpo": {name: True for name in GRPOSettings.RUNTIME}})
     identities = {role: parent["identity"] for role, parent in parents.items()}
     return {"kind": kind, **values, "parents": identities, "data_source": data}
@@ -461,31 +467,90 @@ def _train(job: Job, rows: list, heldout: list, *, resume: bool
     from harness.pool import BackendPool
     from training import ranks
     from training.fit import fit, make_reward
-    from training.grpo import generator_dataset, policy_dataset, read_sets, sample_sets
-    from training.rollouts import rollout_constraint
+    from training.grpo import sample_sets
 
     config, out = job.config, Path(job.config.output_dir)
-    seed = config.grpo.seed
-    rollouts = None
     if job.kind == "generator":
-        sets_file = out / "sets.jsonl"
         if ranks.current().main:
             sets_pool = BackendPool(options=job.options, cache=CallCache(), endpoints=job.endpoints)
-            sets_seed = seed if config.data.sets.seed is None else config.data.sets.seed
-            sample_sets(rows + heldout, config.data.sets, sets_file, sets_pool, seed=sets_seed)
+            sets_seed = config.grpo.seed if config.data.sets.seed is None else config.data.sets.seed
+            sample_sets(rows + heldout, config.data.sets, out / SETS, sets_pool, seed=sets_seed)
         ranks.barrier()  # the other processes wait for the sets, then read them
-        rows, sets = read_sets(rows, config.data.sets, sets_file)
-        dataset = generator_dataset(rows, sets, seed=seed)
-        heldout, held_sets = read_sets(heldout, config.data.sets, sets_file)
-        evaluated = generator_dataset(heldout, held_sets, seed=seed, split="heldout")
-        rollouts = rollout_constraint(config.grpo.max_completion_length) if config.structured else None
-    else:
-        dataset, evaluated = policy_dataset(rows), policy_dataset(heldout, split="heldout")
+    rows, dataset, evaluated, rollouts = _datasets(job, rows, heldout, out / SETS)
+    if job.kind == "policy" and config.heldout_rubrics is not None and ranks.current().main:
+        copy_rubrics(Path(config.heldout_rubrics), out)
+    ranks.barrier()
     pool = BackendPool(options=job.options, cache=CallCache(), endpoints=job.endpoints)
-    reward = make_reward(job.kind, config, pool)
+    reward = make_reward(job.kind, config, pool, heldout_dir=out)
     try:
         fitted = fit(config.model, config.grpo, dataset, reward, out, heldout=evaluated,
                      eval_every=config.eval_every, rollouts=rollouts, resume=resume)
     finally:
         asyncio.run(pool.close())
     return rows, reward.history, list(fitted.weights) if fitted.weights is not None else None, fitted.steps
+
+
+def copy_rubrics(source: Path, out: Path) -> None:
+    """Fixed held-out rubrics from `source` into the dir `out` (`training.heldout`), unless it has its own (a
+    resumed run keeps them); a missing `source` is said, and the run makes its own."""
+    import shutil
+
+    from training.heldout import RUBRICS
+
+    target = Path(out) / RUBRICS
+    if target.is_file():
+        return
+    if not source.is_file():
+        log.warning("heldout_rubrics: %s does not exist; this run makes its own held-out rubrics", source)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+
+
+def _datasets(job: Job, rows: list, heldout: list, sets_file: Path) -> tuple[list, list, list, Any]:
+    """(rows, training dataset, held-out dataset, rollout grammar) of a job; the generator's rows are those whose
+    sets `sets_file` holds."""
+    from training.grpo import generator_dataset, policy_dataset, read_sets
+    from training.rollouts import rollout_constraint
+
+    config = job.config
+    if job.kind != "generator":
+        return rows, policy_dataset(rows), policy_dataset(heldout, split="heldout"), None
+    seed = config.grpo.seed
+    rows, sets = read_sets(rows, config.data.sets, sets_file)
+    heldout, held_sets = read_sets(heldout, config.data.sets, sets_file)
+    rollouts = rollout_constraint(config.grpo.max_completion_length) if config.structured else None
+    return (rows, generator_dataset(rows, sets, seed=seed),
+            generator_dataset(heldout, held_sets, seed=seed, split="heldout"), rollouts)
+
+
+def evaluate_base(job: Job, *, steps: list[int], out: Path, sets_from: Path) -> Path:
+    """The job's model as it starts (the base weights, no step taken) evaluated on the held-out split at each of
+    `steps`' evaluation streams (`training.fit.evaluate_at`: the samples a run of this job draws when it evaluates
+    at that step) into `out`: `train_log.jsonl` and `eval_scores.jsonl` (replaced), the fixed rubrics read from
+    `out/heldout_rubrics.jsonl` where it exists. The generator's held-out sets are read from `sets_from`'s
+    `sets.jsonl` (the trained run's). Returns the per-prompt scores' path.
+
+    Raises:
+        ConfigError: for malformed data, or a model that cannot be loaded.
+    """
+    from harness.cache import CallCache
+    from harness.pool import BackendPool
+    from training.fit import evaluate_at, make_reward
+    from training.grpo import read_rows
+    from training.heldout import SCORES
+
+    config = job.config
+    rows, heldout, _ = read_rows(config.data, job.nectar, policy=job.kind == "policy")
+    rows, dataset, evaluated, rollouts = _datasets(job, rows, heldout, Path(sets_from) / SETS)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SCORES).unlink(missing_ok=True)
+    pool = BackendPool(options=job.options, cache=CallCache(), endpoints=job.endpoints)
+    reward = make_reward(job.kind, config.model_copy(update={"shuffle_rewards": False}), pool, heldout_dir=out)
+    try:
+        evaluate_at(config.model, config.grpo, dataset, reward, out, heldout=evaluated, steps=steps,
+                    eval_every=config.eval_every or 1, rollouts=rollouts)
+    finally:
+        asyncio.run(pool.close())
+    return out / SCORES

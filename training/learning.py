@@ -1,126 +1,366 @@
-"""Learning, shown: trained runs against control runs on the held-out split, in one command.
+"""Does training learn? Trained runs against a shuffled-reward control, paired over fixed held-out prompts.
 
-`harness train generator|policy --config FILE --eval-every K --seeds N --control` trains the job N times (seeds
-`grpo.seed` + 0..N-1) into `OUTPUT/seed<S>/` and, with `--control`, once more per seed with learning rate 0 into
-`OUTPUT/seed<S>-control/`: the same data, sets, batches and held-out samples (the evaluation draws from a random
-stream seeded by the seed and the step: `training.trainer`), every step taken, nothing moved. Each run evaluates
-the held-out split at step 0, every K steps and at the end (`training.fit`). `summarise` reads the runs' logs and
-writes `OUTPUT/learning.json` and `OUTPUT/learning.png` (`training.plots.plot_learning`):
+`harness train generator|policy --config FILE --eval-every K --seeds N --control shuffled` runs, per seed `S`
+(`grpo.seed` + 0..N-1), each in a child process of its own (`compare`):
 
-- per metric (generator: held-out discriminability `disc_mean` and anchor order accuracy `anchor_pair_acc`;
-  policy: the mean rubric score `reward_mean`) and arm, the mean over seeds at each evaluated step and the
-  lowest and highest seed;
-- for the first metric (the headline): each trained seed's rise (end minus step 0), the control's spread (the
-  largest distance of any control evaluation from its own step 0, over every step and seed: what sampling noise
-  alone moves the number by), and whether every trained seed rose by more than that spread. A run whose held-out
-  evaluation scored nothing (no rubric parsed, say) leaves the verdict open, and the verdict says which arm and
-  seeds, at which steps, with their parse rate and unscored counts.
+- **trained**: the job, into `OUTPUT/seed<S>/`;
+- **shuffled** (`--control shuffled`): the same job at the same learning rate with each training batch's rewards
+  permuted before the advantages (`training.rewards.ShuffledReward`), into `OUTPUT/seed<S>-shuffled/`: the same
+  data, batches and step sizes, no signal from the reward; what it moves by is drift;
+- **base**: the starting weights evaluated, no step taken, on the evaluation stream of every step the runs
+  evaluated (`training.job.evaluate_base`; the same held-out prompts and sampling seeds as the runs' evaluation at
+  that step: `training.trainer`), into `OUTPUT/seed<S>-base/`. Not a training run. Step 0's stream is not
+  evaluated again: the trained run's step-0 evaluation is the base weights on it, and its lines are copied.
+
+Every run evaluates the held-out split at step 0, every K steps and at the end (`training.fit`), and keeps one line
+per prompt and evaluation in `eval_scores.jsonl` (`training.heldout`). A policy's held-out prompts are scored
+against **fixed rubrics**: one per prompt, generated once from the base policy's completions (the step-0
+evaluation) and only verified afterwards; the controls and the base evaluation reuse the trained run's file
+(`heldout_rubrics.jsonl`). The number of completions per held-out prompt is TRL's `num_generations_eval`
+(`grpo.extra`). A generator's held-out score is the mean discriminability reward of its rubrics for the prompt.
+
+**The rule (pre-registered).** Per seed and held-out prompt `p`: `gain_p = score_p(trained, end) - score_p(base,
+end's stream)`, `gain'_p` the same for the shuffled run, and the paired difference `d_p = gain_p - gain'_p`. The
+job *learned* when, for every trained seed, the 95% paired bootstrap interval of the mean of `d` over the prompts
+(`paired_bootstrap`: prompts resampled with replacement, percentile interval) lies above 0. A prompt unscored in any
+of the four numbers is left out of that seed's pairs and counted (`n_dropped`). Without the shuffled control, or with
+a seed none of whose prompts pairs up, the verdict stays open (`learned` None) and `why` says so. (When the trained
+and shuffled runs end at the same step, as they do, the base terms are the same stream and cancel in `d`; they
+are kept so that `gain` alone reads as the rise over the base weights.)
+
+`OUTPUT/learning.json` (`summarise`, `write`) holds per arm the held-out curves (mean over prompts, then mean, min and max
+over seeds, at each evaluated step), per seed the mean and interval of `d` (and of each gain), the verdict, each
+run's `dr/length_corr` (the correlation of completion length with the training reward, over its steps: a length
+hack shows as a rising one) and the peak resident memory (`peak_rss_mib`: each run's own, this process's while
+the runs ran, and the most the comparison held at once, a run's peak plus this process beside it; the checks run
+in a child too, so this process never imports torch); `OUTPUT/learning.png` draws the curves with their bands and
+the intervals (`training.plots.plot_learning`).
+
+`noise_pilot` measures what the rule has to beat when nothing learns: the base weights evaluated on two steps'
+streams against one set of fixed rubrics (`OUTPUT/noise-pilot/noise.json`: the per-prompt differences' mean,
+interval and spread, and the wall time).
 
 The held-out split is only measured, never tuned on: its rows are the last `data.heldout` rows that pass the
-rules, after the training rows.
+rules, after the training rows. Under `accelerate launch` a comparison is refused: each of its runs is a process
+of its own; launch the runs one at a time instead.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from training.grpo import TrainConfig
 
 log = logging.getLogger("harness.train")
-METRICS = {"generator": ("disc_mean", "anchor_pair_acc"), "policy": ("reward_mean",)}
-"""The held-out metrics compared, per kind; the first is the headline."""
+Control = Literal["shuffled"]
+CONTROLS = ("shuffled",)
+ARMS = ("trained", "shuffled", "base")
+LEVEL = 0.95
+ROUNDS = 10_000
+"""Bootstrap resamples of the prompts."""
 
 
-def plan_runs(config: TrainConfig, *, seeds: int, control: bool) -> list[tuple[str, int, TrainConfig]]:
-    """(arm, seed, config) of every run: `trained` per seed, then `control` (learning rate 0) per seed.
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One training run of a comparison."""
+
+    arm: Literal["trained", "shuffled"]
+    seed: int
+    config: TrainConfig
+
+
+def plan_runs(config: TrainConfig, *, seeds: int, control: str | None) -> list[Run]:
+    """Every training run: `trained` per seed, then (`control="shuffled"`) `shuffled` per seed.
 
     Raises:
-        ConfigError: when the config evaluates nothing (no `eval_every` or no `data.heldout`).
+        ConfigError: for a control other than `shuffled`, or a config that evaluates nothing (no `eval_every` or
+            no `data.heldout`).
     """
+    if control is not None and control not in CONTROLS:
+        raise ConfigError(f"--control {control}: expected {' or '.join(CONTROLS)}")
     if config.eval_every is None or not config.data.heldout:
         raise ConfigError("a learning comparison (--seeds, --control) needs --eval-every K and data.heldout > 0")
+    from training.heldout import RUBRICS
+
     out = Path(config.output_dir)
     runs = []
-    for arm in ("trained", "control") if control else ("trained",):
+    for arm in ("trained", "shuffled") if control else ("trained",):
         for i in range(seeds):
             seed = config.grpo.seed + i
-            grpo = config.grpo.model_copy(update={"seed": seed, **({"learning_rate": 0.0} if arm == "control"
-                                                                   else {})})
-            name = f"seed{seed}" + ("-control" if arm == "control" else "")
-            runs.append((arm, seed, config.model_copy(update={"grpo": grpo, "output_dir": out / name})))
+            grpo = config.grpo.model_copy(update={"seed": seed})
+            rubrics = out / run_name("trained", seed) / RUBRICS if arm == "shuffled" else config.heldout_rubrics
+            runs.append(Run(arm, seed, config.model_copy(update={  # type: ignore[arg-type]
+                "grpo": grpo, "output_dir": out / run_name(arm, seed), "shuffle_rewards": arm == "shuffled",
+                "heldout_rubrics": rubrics})))
     return runs
 
 
-def compare(kind: str, config: TrainConfig, *, seeds: int, control: bool, overwrite: bool = False,
+def run_name(arm: str, seed: int) -> str:
+    """The dir of `arm`'s run of `seed` in the comparison's output dir."""
+    return f"seed{seed}" if arm == "trained" else f"seed{seed}-{arm}"
+
+
+def compare(kind: str, config: TrainConfig, *, seeds: int, control: str | None, overwrite: bool = False,
             report: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Check every run, train them in turn (finished ones of the same settings are kept), and write
-    `learning.json` and `learning.png` into `config.output_dir` (main process); returns the summary.
+    """Check every run, then per seed train it and its control and evaluate the base weights, each in a child
+    process (finished runs of the same settings are kept), and write `learning.json` and `learning.png` into
+    `config.output_dir`; returns the summary.
 
     Raises:
-        ConfigError: as `training.job.prepare` and `run` do, naming the run.
+        ConfigError: as `training.job.prepare` and `run` do, naming the run; under several processes.
+        HarnessError: when a child process fails otherwise.
     """
     from training import ranks
-    from training.job import prepare, run
+    from training.heldout import RUBRICS, SCORES, read_eval_scores
+    from training.job import copy_rubrics
 
+    if ranks.current().world > 1:
+        raise ConfigError("a learning comparison runs each run in a process of its own: start it without "
+                          "accelerate launch (or launch its runs one at a time)")
     runs = plan_runs(config, seeds=seeds, control=control)
-    jobs = []
-    for arm, seed, job_config in runs:
-        try:
-            jobs.append((arm, seed, prepare(kind, job_config)))  # type: ignore[arg-type]
-        except ConfigError as exc:
-            raise ConfigError(f"{arm} run, seed {seed}: {exc}") from None
-    for arm, seed, job in jobs:
-        run(job, overwrite=overwrite)
-        if report is not None and ranks.current().main:
-            report(f"{arm} seed {seed}: {job.config.output_dir}")
-    logs = {(arm, seed): Path(job.config.output_dir) / "train_log.jsonl" for arm, seed, job in jobs}
-    summary = summarise(kind, logs, learning_rate={"trained": config.grpo.learning_rate, "control": 0.0},
+    # Every run is checked before any trains, in a child too: this process never imports torch or TRL, so the
+    # comparison holds one run's memory and little more.
+    in_child(_prepare_all, kind, runs)
+    say = report or (lambda line: None)
+    out = Path(config.output_dir)
+    memory: dict[str, dict[str, float]] = {}
+    dirs: dict[tuple[str, int], Path] = {}
+    for seed in sorted({run.seed for run in runs}):
+        trained = next(r for r in runs if r.seed == seed and r.arm == "trained")
+        for run in [r for r in runs if r.seed == seed]:
+            where = Path(run.config.output_dir)
+            memory[where.name] = _measured(_train_one, kind, run.config, overwrite)
+            dirs[(run.arm, seed)] = where
+            say(f"{run.arm} seed {seed}: {where} (peak RSS {memory[where.name]['child']:.0f} MiB)")
+        steps = sorted({step for arm in ("trained", "shuffled") if (arm, seed) in dirs
+                        for step in read_eval_scores(dirs[(arm, seed)] / SCORES)})
+        base = out / run_name("base", seed)
+        dirs[("base", seed)] = base
+        if not overwrite and (base / SCORES).is_file() and set(steps) <= set(read_eval_scores(base / SCORES)):
+            say(f"base seed {seed}: {base} holds every step's evaluation; kept")
+            continue
+        copy_rubrics(Path(trained.config.output_dir) / RUBRICS, base)  # the trained run's fixed rubrics
+        # Step 0's stream the trained run evaluated with the base weights already: its lines are the base's.
+        later = [t for t in steps if t != 0]
+        if later:
+            memory[base.name] = _measured(_evaluate_base, kind, trained.config, later, base)
+        else:
+            (base / SCORES).unlink(missing_ok=True)
+        _copy_step(Path(trained.config.output_dir) / SCORES, base / SCORES, step=0)
+        say(f"base seed {seed}: {base}, steps {', '.join(map(str, steps))} (step 0: the trained run's)"
+            + (f" (peak RSS {memory[base.name]['child']:.0f} MiB)" if later else ""))
+    summary = summarise(kind, dirs, learning_rate=config.grpo.learning_rate, memory=_memory(memory),
                         title=f"{kind} {config.model}, eval every {config.eval_every} steps, "
-                              f"{config.data.heldout} held-out rows")
-    if ranks.current().main:
-        write(summary, Path(config.output_dir))
-    ranks.barrier()
+                              f"{config.data.heldout} held-out prompts")
+    write(summary, out)
     return summary
 
 
-def summarise(kind: str, logs: Mapping[tuple[str, int], Path], *, learning_rate: Mapping[str, float],
-              title: str = "") -> dict[str, Any]:
-    """The held-out curves of the runs whose logs `logs` names ((arm, seed) -> train_log.jsonl), with the verdict
-    on the headline metric (see the module docstring).
+def _copy_step(source: Path, target: Path, *, step: int) -> None:
+    """Append `source`'s per-prompt score lines of `step` to `target`."""
+    import json
+
+    found = [line for line in source.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] == step]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in found))
+
+
+def _rss_mib(field: str = "VmRSS") -> float:
+    """This process's resident memory in MiB: now (`VmRSS`) or at its peak (`VmHWM`), from `/proc/self/status`
+    (Linux; these are the process's own since its exec, where `getrusage`'s peak also counts the process it was
+    forked from); elsewhere `getrusage`'s peak."""
+    import resource
+
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _measured(target: Callable[..., None], *args: Any) -> dict[str, float]:
+    """`in_child(target, *args)` with the memory held meanwhile: the child's peak and this process's resident
+    memory while it waited (it allocates nothing then)."""
+    parent = _rss_mib()
+    return {"child": in_child(target, *args), "parent": parent}
+
+
+def _memory(measured: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """Peak resident memory in MiB: each child's, this process's while each ran, the most held at once (a child's
+    peak plus this process beside it), and that against the largest run alone."""
+    runs = {name: m["child"] for name, m in measured.items()}
+    largest = max(runs.values(), default=0.0)
+    together = max((m["child"] + m["parent"] for m in measured.values()), default=0.0)
+    return {"runs": runs, "parent_while_running": max((m["parent"] for m in measured.values()), default=0.0),
+            "parent_peak": _rss_mib("VmHWM"), "largest_run": largest,
+            "comparison": together, "comparison_over_largest_run": together / largest if largest else None}
+
+
+def in_child(target: Callable[..., None], *args: Any) -> float:
+    """Run `target(*args)` in a fresh (spawned) process and wait for it; returns the child's peak resident memory in
+    MiB. Every model it loads is gone with it, so runs in turn never hold more than one run's memory.
 
     Raises:
-        ConfigError: for a missing or malformed log (`training.plots.read_log`).
+        ConfigError: re-raised from the child, with its message.
+        HarnessError: when the child fails otherwise (its exception's type and message), or dies.
     """
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child, args=(send, target, args))
+    child.start()
+    send.close()
+    try:
+        result = receive.recv()
+    except EOFError:
+        result = None
+    child.join()
+    if result is None:
+        raise HarnessError(f"the comparison's child process {child.pid} died (exit code {child.exitcode})")
+    if "error" in result:
+        kind, message = result["error"]
+        raise (ConfigError(message) if kind == "ConfigError" else HarnessError(f"{kind}: {message}"))
+    return result["peak_rss_mib"]
+
+
+def _child(send: Any, target: Callable[..., None], args: tuple[Any, ...]) -> None:
+    try:
+        target(*args)
+    except Exception as exc:  # the parent re-raises it; a child's traceback would only repeat it
+        send.send({"error": (type(exc).__name__, str(exc))})
+    else:
+        send.send({"peak_rss_mib": _rss_mib("VmHWM")})
+    finally:
+        send.close()
+
+
+def _prepare_all(kind: str, runs: Sequence[Run]) -> None:
+    from training.job import prepare
+
+    for run in runs:
+        try:
+            prepare(kind, run.config)  # type: ignore[arg-type]
+        except ConfigError as exc:
+            raise ConfigError(f"{run.arm} run, seed {run.seed}: {exc}") from None
+
+
+def _train_one(kind: str, config: TrainConfig, overwrite: bool) -> None:
+    from training.job import prepare, run
+
+    run(prepare(kind, config), overwrite=overwrite)  # type: ignore[arg-type]
+
+
+def _evaluate_base(kind: str, config: TrainConfig, steps: list[int], out: Path) -> None:
+    from training.job import evaluate_base, prepare
+
+    evaluate_base(prepare(kind, config), steps=steps, out=out,  # type: ignore[arg-type]
+                  sets_from=Path(config.output_dir))
+
+
+def noise_pilot(kind: str, config: TrainConfig, *, steps: Sequence[int] = (0, 1)) -> dict[str, Any]:
+    """The evaluation's own noise: the base weights evaluated (in a child process) on the streams of two steps,
+    into `OUTPUT/noise-pilot/`, scored against one set of fixed rubrics (made at the first). Returns the per-prompt
+    differences' mean and 95% paired bootstrap interval, their standard deviation, each stream's mean score, the
+    prompts paired and the wall time: what the rule's interval has to beat when nothing learned.
+
+    Raises:
+        ConfigError: for a config that evaluates nothing, or as the base evaluation does.
+    """
+    import time
+
+    from training.heldout import read_eval_scores
+
+    if not config.data.heldout:
+        raise ConfigError("the noise pilot evaluates the held-out split: set data.heldout > 0")
+    first, second = steps
+    out = Path(config.output_dir) / "noise-pilot"
+    started = time.perf_counter()
+    peak = in_child(_evaluate_base, kind, config.model_copy(update={"eval_every": config.eval_every or 1}),
+                    [first, second], out)
+    scores = read_eval_scores(out / "eval_scores.jsonl")
+    d = [scores[second][row] - s for row, s in scores[first].items()  # type: ignore[operator]
+         if s is not None and scores[second].get(row) is not None]
+    found: dict[str, Any] = {"steps": [first, second], "n_prompts": len(d), "n_dropped": len(scores[first]) - len(d),
+                             "stream_means": [_mean(scores[t].values()) for t in (first, second)],
+                             "wall_seconds": time.perf_counter() - started, "peak_rss_mib": peak}
+    if d:
+        mean, low, high = paired_bootstrap(d)
+        found.update(mean=mean, low=low, high=high, sd=float(np.std(d, ddof=1)) if len(d) > 1 else 0.0)
+    from harness.runstore import write_json_atomic
+
+    write_json_atomic(out / "noise.json", found)
+    return found
+
+
+def paired_bootstrap(differences: Sequence[float], *, rounds: int = ROUNDS, level: float = LEVEL,
+                     seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high) of paired differences: the mean over the prompts and its percentile bootstrap interval
+    (`rounds` resamples of the prompts with replacement, drawn by `numpy.random.default_rng(seed)`; the interval
+    is the `(1 - level) / 2` and `(1 + level) / 2` quantiles of the resampled means, numpy's linear quantile).
+
+    Raises:
+        ValueError: for no differences.
+    """
+    d = np.asarray(differences, dtype=float)
+    if d.ndim != 1 or not len(d):
+        raise ValueError("a paired bootstrap needs at least one difference")
+    index = np.random.default_rng(seed).integers(0, len(d), size=(rounds, len(d)))
+    means = d[index].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(d.mean()), float(low), float(high)
+
+
+def summarise(kind: str, dirs: Mapping[tuple[str, int], Path], *, learning_rate: float,
+              memory: Mapping[str, Any] | None = None, title: str = "") -> dict[str, Any]:
+    """The comparison of the runs in `dirs` ((arm, seed) -> dir holding `eval_scores.jsonl` and, for training
+    runs, `train_log.jsonl`), with the verdict of the module docstring's rule.
+
+    Raises:
+        ConfigError: for a missing or malformed per-prompt score file or log.
+    """
+    from training.heldout import read_eval_scores
     from training.plots import read_log, series
 
-    read = {key: read_log(path) for key, path in logs.items()}
-    headline = METRICS[kind][0]
-    metrics: dict[str, dict[str, Any]] = {}
-    for metric in METRICS[kind]:
-        metrics[metric] = {}
-        for arm in ("trained", "control"):
-            by_seed = {}
-            for (found_arm, seed), lines in read.items():
-                if found_arm == arm:
-                    steps, values = series(lines, f"eval_dr/{metric}")
-                    if steps:  # a run none of whose held-out rubrics could be scored has no value to show
-                        by_seed[seed] = dict(zip(steps, values))
-            curve = _curve(by_seed) if by_seed else None
-            if curve is not None and curve["steps"]:
-                metrics[metric][arm] = curve
-    evaluated: dict[str, dict[int, dict[str, Any]]] = {"trained": {}, "control": {}}
-    for (arm, seed), lines in read.items():
-        found = _evaluations(lines)
-        if found is not None and arm in evaluated:
-            evaluated[arm][seed] = found
-    return {"kind": kind, "title": title, "learning_rate": dict(learning_rate), "metrics": metrics,
-            "headline": headline, "verdict": verdict(metrics[headline], evaluated=evaluated)}
+    scores = {key: read_eval_scores(Path(d) / "eval_scores.jsonl") for key, d in dirs.items()}
+    curves = {}
+    for arm in ARMS:
+        by_seed = {seed: {step: _mean(rows.values()) for step, rows in found.items()}
+                   for (a, seed), found in scores.items() if a == arm}
+        by_seed = {seed: {t: v for t, v in steps.items() if v is not None} for seed, steps in by_seed.items()}
+        by_seed = {seed: steps for seed, steps in by_seed.items() if steps}
+        if by_seed:
+            curves[arm] = _curve(by_seed)
+    seeds = sorted(seed for arm, seed in dirs if arm == "trained")
+    paired = {str(seed): _paired(scores, seed) for seed in seeds}
+    length = {}
+    for (arm, seed), d in sorted(dirs.items()):
+        if arm != "base" and (Path(d) / "train_log.jsonl").is_file():
+            _, values = series(read_log(Path(d) / "train_log.jsonl"), "dr/length_corr")
+            length.setdefault(arm, {})[str(seed)] = {"mean": float(np.mean(values)) if values else None,
+                                                     "last": values[-1] if values else None, "steps": len(values)}
+    return {"kind": kind, "title": title, "learning_rate": learning_rate, "rule": RULE, "curves": curves,
+            "paired": paired, "verdict": verdict(paired), "length_corr": length, "peak_rss_mib": dict(memory or {})}
+
+
+RULE = ("learned iff for every trained seed the 95% paired bootstrap interval over held-out prompts of "
+        "(trained gain - shuffled-control gain) lies above 0; gain = score at the end minus the base weights' score "
+        "on the same evaluation stream, per prompt")
+
+
+def _mean(values: Any) -> float | None:
+    found = [v for v in values if v is not None]
+    return float(np.mean(found)) if found else None
 
 
 def _curve(by_seed: Mapping[int, Mapping[int, float]]) -> dict[str, Any]:
@@ -132,72 +372,56 @@ def _curve(by_seed: Mapping[int, Mapping[int, float]]) -> dict[str, Any]:
             "by_seed": {str(s): [by_seed[s][t] for t in steps] for s in sorted(by_seed)}}
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _paired(scores: Mapping[tuple[str, int], Mapping[int, Mapping[str, float | None]]], seed: int
+            ) -> dict[str, Any]:
+    """One seed's paired differences over the held-out prompts (see the module docstring), or why there are none."""
+    def gains(arm: str) -> tuple[int, dict[str, float | None]] | None:
+        found, base = scores.get((arm, seed)), scores.get(("base", seed))
+        if not found:
+            return None
+        end = max(found)
+        if base is None or end not in base:
+            return end, {}
+        return end, {row: None if s is None or base[end].get(row) is None else s - base[end][row]
+                     for row, s in found[end].items()}
+
+    trained, shuffled = gains("trained"), gains("shuffled")
+    if trained is None:
+        return {"why": f"seed {seed}: the trained run has no held-out score"}
+    if ("base", seed) not in scores or trained[0] not in scores[("base", seed)]:
+        return {"why": f"seed {seed}: the base weights were not evaluated on step {trained[0]}'s stream"}
+    out: dict[str, Any] = {"end_step": trained[0], "gain": _interval(list(trained[1].values()))}
+    if shuffled is None:
+        return {**out, "why": f"seed {seed}: no shuffled control (--control shuffled)"}
+    rows = sorted(set(trained[1]) | set(shuffled[1]))
+    d = {row: trained[1][row] - shuffled[1][row] for row in rows  # type: ignore[operator]
+         if trained[1].get(row) is not None and shuffled[1].get(row) is not None}
+    out.update(control_end_step=shuffled[0], control_gain=_interval(list(shuffled[1].values())),
+               n_prompts=len(d), n_dropped=len(rows) - len(d), differences=d)
+    if not d:
+        return {**out, "why": f"seed {seed}: no held-out prompt was scored in all of trained, shuffled and base"}
+    mean, low, high = paired_bootstrap(list(d.values()), seed=seed)
+    return {**out, "mean": mean, "low": low, "high": high}
 
 
-def _evaluations(lines: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """What one run's held-out evaluations did, from its log's `eval_dr/*` lines: the steps evaluated, their
-    parse rates and the responses they left unscored, by cause (None: the log holds no evaluation)."""
-    found = [line for line in lines if any(str(k).startswith("eval_dr/") for k in line)]
+def _interval(values: Sequence[float | None]) -> dict[str, float] | None:
+    found = [v for v in values if v is not None]
     if not found:
         return None
-
-    def total(key: str) -> float:
-        return sum(line[key] for line in found if _number(line.get(key)))
-
-    return {"steps": [line["step"] for line in found],
-            "parse_rates": [line["eval_dr/parse_rate"] for line in found if _number(line.get("eval_dr/parse_rate"))],
-            "unscored_parse": total("eval_dr/unscored_parse"), "unscored_verify": total("eval_dr/unscored_verify")}
+    mean, low, high = paired_bootstrap(found)
+    return {"mean": mean, "low": low, "high": high, "n": len(found)}
 
 
-def _scored_nothing(arm: str, runs: Mapping[int, Mapping[str, Any]]) -> str:
-    """The verdict's words for `arm`'s runs (seed -> `_evaluations`) whose held-out evaluations gave no number."""
-    steps = sorted({t for found in runs.values() for t in found["steps"]})
-    rates = sorted({round(r, 4) for found in runs.values() for r in found["parse_rates"]})
-    rate = "-" if not rates else str(rates[0]) if len(rates) == 1 else f"{rates[0]} to {rates[-1]}"
-    parse = round(sum(found["unscored_parse"] for found in runs.values()))
-    verify = round(sum(found["unscored_verify"] for found in runs.values()))
-    seeds = ("seeds " if len(runs) > 1 else "seed ") + ", ".join(str(s) for s in sorted(runs))
-    return (f"the {arm} runs' held-out evaluation ({seeds}) ran at steps {', '.join(map(str, steps))} but scored "
-            f"nothing: parse rate {rate}, {parse} unscored (parse), {verify} unscored (verify)")
-
-
-def verdict(curves: Mapping[str, Any], *, evaluated: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None
-            ) -> dict[str, Any]:
-    """Each trained seed's rise (last minus first evaluation), the control's spread (the largest distance of any
-    control evaluation from the same seed's first one), and whether every trained seed rose by more.
-
-    `evaluated`: arm -> seed -> what that run's held-out evaluations did (`_evaluations`). A run that evaluated
-    but scored nothing leaves the verdict open (`rises` None), and `why` says so with its parse rate and unscored
-    counts; so does a trained run with no evaluation at all, or no control run."""
-    evaluated = evaluated or {}
-
-    def blank(arm: str) -> dict[int, Mapping[str, Any]]:
-        """`arm`'s runs that evaluated but have no value on the curve."""
-        shown = set((curves.get(arm) or {}).get("seeds") or ())
-        return {seed: found for seed, found in (evaluated.get(arm) or {}).items() if seed not in shown}
-
-    trained = curves.get("trained")
-    if not trained or not trained["steps"]:
-        silent = blank("trained")
-        return {"rises": None, "why": _scored_nothing("trained", silent) if silent
-                else "no held-out evaluation in the trained runs' logs"}
-    rise = {seed: values[-1] - values[0] for seed, values in trained["by_seed"].items()}
-    out: dict[str, Any] = {"start_mean": trained["mean"][0], "end_mean": trained["mean"][-1],
-                           "end_seed_spread": trained["max"][-1] - trained["min"][-1], "trained_rise": rise}
-    for arm in ("trained", "control"):
-        silent = blank(arm)
-        if silent:
-            return {**out, "rises": None, "why": _scored_nothing(arm, silent)}
-    control = curves.get("control")
-    if not control or not control["steps"]:
-        return {**out, "rises": None, "why": "no control run"}
-    spread = max(abs(v - values[0]) for values in control["by_seed"].values() for v in values)
-    out.update(control_start_mean=control["mean"][0], control_end_mean=control["mean"][-1],
-               control_rise={seed: values[-1] - values[0] for seed, values in control["by_seed"].items()},
-               control_spread=spread, rises=min(rise.values()) > spread)
-    return out
+def verdict(paired: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """`learned`: every trained seed's interval of `d` above 0 (True), one not (False), or open (None, with `why`
+    naming the seeds whose pairs are missing)."""
+    if not paired:
+        return {"learned": None, "why": "no trained run"}
+    open_ = [p["why"] for p in paired.values() if "low" not in p]
+    if open_:
+        return {"learned": None, "why": "; ".join(open_)}
+    return {"learned": all(p["low"] > 0 for p in paired.values()),
+            "lowest_low": min(p["low"] for p in paired.values())}
 
 
 def write(summary: Mapping[str, Any], out: Path) -> tuple[Path, Path | None]:
@@ -218,16 +442,25 @@ def write(summary: Mapping[str, Any], out: Path) -> tuple[Path, Path | None]:
 def lines(summary: Mapping[str, Any]) -> list[str]:
     """The comparison in words, for the terminal and the log."""
     out = []
-    for metric, arms in summary["metrics"].items():
-        for arm, curve in arms.items():
-            shown = ", ".join(f"step {t}: {m:.4f} [{lo:.4f}, {hi:.4f}]"
-                              for t, m, lo, hi in zip(curve["steps"], curve["mean"], curve["min"], curve["max"]))
-            out.append(f"held-out {metric}, {arm} (mean [min, max] over seeds {curve['seeds']}): {shown}")
+    for arm, curve in summary["curves"].items():
+        shown = ", ".join(f"step {t}: {m:.4f} [{lo:.4f}, {hi:.4f}]"
+                          for t, m, lo, hi in zip(curve["steps"], curve["mean"], curve["min"], curve["max"]))
+        out.append(f"held-out score, {arm} (mean [min, max] over seeds {curve['seeds']}): {shown}")
+    for seed, p in summary["paired"].items():
+        if "low" in p:
+            out.append(f"seed {seed}: gain - shuffled gain {p['mean']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}] "
+                       f"over {p['n_prompts']} prompts ({p['n_dropped']} unscored)")
+    for arm, by_seed in summary["length_corr"].items():
+        shown = ", ".join(f"seed {s} {v['mean']:+.3f}" for s, v in by_seed.items() if v["mean"] is not None)
+        out.append(f"dr/length_corr, {arm} (mean over steps): {shown or '-'}")
+    rss = summary["peak_rss_mib"]
+    if rss.get("runs"):  # none when every run was kept from before
+        out.append(f"peak RSS: largest run {rss['largest_run']:.0f} MiB, this process beside it "
+                   f"{rss['parent_while_running']:.0f} MiB, the comparison at most {rss['comparison']:.0f} MiB "
+                   f"({rss['comparison_over_largest_run']:.2f} x the largest run)")
     v = summary["verdict"]
-    if v.get("rises") is None:
-        out.append(f"verdict: {v.get('why')}")
+    if v["learned"] is None:
+        out.append(f"verdict: open: {v['why']}")
     else:
-        rises = ", ".join(f"seed {s} {r:+.4f}" for s, r in v["trained_rise"].items())
-        out.append(f"{summary['headline']}: trained rise {rises}; control spread {v['control_spread']:.4f}; "
-                   f"{'rises beyond the control' if v['rises'] else 'does NOT rise beyond the control'}")
+        out.append(f"verdict: {'learned' if v['learned'] else 'NOT learned'} ({summary['rule']})")
     return out

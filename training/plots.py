@@ -4,8 +4,9 @@
   TRL's reward (the policy's: its generator's is 0 on average by construction), the reward's components
   (`dr/disc_mean`, `dr/anchor_mean`, `dr/anchor_pair_acc`, `dr/reward_mean`), the rubric parse rate, the zero-spread groups, the loss, and the held-out numbers
   (`eval_dr/...`, drawn with markers). Written at the end of every run and by `harness train plot DIR`.
-- `plot_learning(summary, PATH)`: the held-out curves of trained runs against their control runs
-  (`training.learning`): per arm the mean over seeds with the band from the lowest to the highest seed.
+- `plot_learning(summary, PATH)`: a learning comparison (`training.learning`): per arm (trained, shuffled,
+  base weights) the held-out score, the mean over seeds with the band from the lowest to the highest seed, and per
+  seed the paired difference of the gains with its bootstrap interval.
 """
 
 from __future__ import annotations
@@ -132,28 +133,34 @@ def _kind(out: Path) -> str | None:
 
 
 def plot_learning(summary: Mapping[str, Any], path: Path) -> Path:
-    """Draw the held-out metrics of `summary` (`training.learning.summarise`): trained against control, the mean
-    over seeds with a min-max band, one panel per metric. Returns `path`.
+    """Draw a learning comparison (`training.learning.summarise`): the held-out score per arm (trained, shuffled,
+    base weights), the mean over seeds with a min-max band; and per seed the paired difference of the gains with
+    its 95% bootstrap interval against 0. Returns `path`.
 
     Raises:
         ConfigError: when matplotlib is missing.
     """
     plt = _pyplot()
-    metrics = list(summary["metrics"])
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.0 * len(metrics), 3.4), squeeze=False)
-    for ax, metric in zip(axes.flat, metrics):
-        for arm, color in (("trained", "tab:blue"), ("control", "tab:gray")):
-            curve = summary["metrics"][metric].get(arm)
-            if not curve:
-                continue
-            steps = curve["steps"]
-            ax.plot(steps, curve["mean"], marker="o", markersize=3, color=color,
-                    label=f"{arm} (lr {summary['learning_rate'][arm]:g}, {len(curve['seeds'])} seeds)")
-            ax.fill_between(steps, curve["min"], curve["max"], color=color, alpha=0.2)
-        ax.set_title(f"held-out {metric}", fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    fig, (curves, paired) = plt.subplots(1, 2, figsize=(10.0, 3.4), squeeze=True)
+    colors = {"trained": "tab:blue", "shuffled": "tab:orange", "base": "tab:gray"}
+    for arm, curve in summary["curves"].items():
+        steps = curve["steps"]
+        curves.plot(steps, curve["mean"], marker="o", markersize=3, color=colors.get(arm, "black"),
+                    label=f"{arm} ({len(curve['seeds'])} seeds)")
+        curves.fill_between(steps, curve["min"], curve["max"], color=colors.get(arm, "black"), alpha=0.2)
+    curves.set_title("held-out score (mean over prompts)", fontsize=9)
+    curves.set_xlabel("step", fontsize=8)
+    curves.grid(alpha=0.3)
+    curves.legend(fontsize=7)
+    shown = [(seed, p) for seed, p in summary["paired"].items() if "low" in p]
+    for x, (seed, p) in enumerate(shown):
+        paired.errorbar([x], [p["mean"]], yerr=[[p["mean"] - p["low"]], [p["high"] - p["mean"]]], fmt="o",
+                        color="tab:blue", capsize=4)
+    paired.axhline(0.0, color="black", linewidth=0.8)
+    paired.set_xticks(range(len(shown)), [f"seed {seed}" for seed, _ in shown])
+    paired.set_xlim(-0.5, max(len(shown), 1) - 0.5)
+    paired.set_title("gain - shuffled gain, 95% paired bootstrap", fontsize=9)
+    paired.grid(alpha=0.3)
     fig.suptitle(summary.get("title", ""), fontsize=8)
     fig.tight_layout()
     return _save(fig, plt, Path(path))

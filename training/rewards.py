@@ -38,6 +38,14 @@ without the other responses, or RaR's static rubric, whose seed is the row's alo
 per prompt and the call cache serves it again every epoch). The reward is the score; GRPO's advantage standardises
 it within its group (`scale_rewards = "group"`, GRPO as Shao et al. define it).
 
+**Held-out calls** (the dataset's `split` column is `heldout`) are grouped by TRL's `num_generations_eval`. Given
+an output dir (`heldout_dir`), the policy's dynamic rubric scores a held-out prompt against one **fixed rubric**,
+generated from the first evaluation's completions and then only verified (`training.heldout.FixedRubrics`), and
+every held-out call of either reward appends its per-prompt mean score to `eval_scores.jsonl`.
+
+**Shuffled control** (`ShuffledReward`, `--control shuffled`): any reward, its training batches' values permuted
+within the batch before TRL computes the advantages; held-out calls pass through.
+
 Logged per call (one optimisation step's generation batch, or one held-out batch), through TRL's `log_metric` and
 in `stats`: each reward component's mean and std, the share of completions whose rubric parsed (`parse_rate`: the
 generator's rollouts; for the policy, its frozen generator's rubrics), the share of groups whose reward has zero
@@ -47,7 +55,8 @@ The generator's reward also logs `anchor_pair_acc`: of the anchor pairs (i bette
 share its rubric scores strictly in that order (`anchor_order_accuracy`; a tie is wrong), its mean over the scored
 rubrics, and `gap`: the score gap Δ_gap on the anchor pairs, the mean over the pairs of the better-ranked anchor's
 score minus the worse-ranked one's (`anchor_gap`), its mean over the scored rubrics. A call on held-out rows (the
-dataset's `split` column is `heldout`) goes to `eval_history`, not `history`.
+dataset's `split` column is `heldout`) goes to `eval_history`, not `history`. `length_corr` (`dr/length_corr`)
+is the one to watch for a length hack: a reward that pays for length shows as a correlation that rises.
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -237,6 +247,8 @@ class GeneratorReward:
             docstring).
         verify_max_tokens: Token budget per verdict (`per_item`; a sheet gets it per item).
         structured: Constrain the verifier's answers where the backend can.
+        heldout_dir: Where each held-out evaluation's per-prompt scores go (`training.heldout`: a prompt's score
+            is the mean discriminability reward of its scored rubrics); None: nowhere.
     """
 
     __name__ = "dr_generator"
@@ -245,7 +257,10 @@ class GeneratorReward:
     nothing more."""
 
     def __init__(self, verifier: Backend, *, group_size: int, lam: float = 1.0, objective: Objective = "both",
-                 mode: VerifyMode = "per_item", verify_max_tokens: int = 16, structured: bool = True) -> None:
+                 mode: VerifyMode = "per_item", verify_max_tokens: int = 16, structured: bool = True,
+                 heldout_dir: Path | None = None) -> None:
+        from training.heldout import SCORES, EvalScores
+
         if objective not in ("both", "disc", "anchor"):
             raise ValueError(f"objective must be both, disc or anchor, got {objective!r}")
         self.verifier = verifier
@@ -255,6 +270,7 @@ class GeneratorReward:
         self.mode = mode
         self.verify_max_tokens = verify_max_tokens
         self.structured = structured
+        self.eval_scores = EvalScores(Path(heldout_dir) / SCORES) if heldout_dir is not None else None
         self.history: list[dict[str, float | None]] = []
         """The stats of every training call, in order (what was logged)."""
         self.eval_history: list[dict[str, float | None]] = []
@@ -304,7 +320,8 @@ class GeneratorReward:
 
     async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, question: Sequence[str],
                        responses: Sequence[Sequence[str]], anchor: Sequence[Sequence[str]],
-                       split: Sequence[str] | None = None, log_metric: Any = None, **_: Any) -> list[float | None]:
+                       split: Sequence[str] | None = None, row: Sequence[str] | None = None,
+                       trainer_state: Any = None, log_metric: Any = None, **_: Any) -> list[float | None]:
         started = time.perf_counter()
         verifier = _Counted(self.verifier)
         texts = [completion_text(c) for c in completions]
@@ -317,6 +334,9 @@ class GeneratorReward:
         self.calls.append({"texts": texts, "question": list(question), "responses": [list(r) for r in responses],
                            "anchor": [list(a) for a in anchor], "outcomes": list(outcomes), "rewards": rewards,
                            "split": _split(split)})
+        if heldout and self.eval_scores is not None and row is not None:
+            step = trainer_state.global_step if trainer_state is not None else len(self.calls) - 1
+            self.eval_scores.write(step, row, [o.disc for o in outcomes])
         stats = _stats(rewards, [len(t) for t in texts], self.group_size, verifier.requests, started,
                        [o.size for o in outcomes if o.size], [o.saturated for o in outcomes],
                        [o.failure for o in outcomes])
@@ -343,23 +363,61 @@ class PolicyReward:
         seed: Run seed (each group's seed derives from it, the row and the call).
         per_row: Seed each group by its row alone, not the step (a static rubric: made once per prompt, the call
             cache answers it again in later epochs).
+        eval_group_size: Completions per held-out prompt (TRL's `num_generations_eval`; None: `group_size`).
+        heldout_dir: Where the held-out evaluation keeps its per-prompt record (`training.heldout`): the fixed
+            rubrics (a dynamic rubric evaluator's: made once per held-out prompt, then only verified) and each
+            evaluation's per-prompt scores. None: neither (each held-out group gets a rubric of its own).
     """
 
     __name__ = "dr_policy"
     scale_rewards: ClassVar[str] = "group"
     """GRPO's advantage: the score centred and divided by its group's standard deviation."""
 
-    def __init__(self, evaluator: Any, *, group_size: int, seed: int = 0, per_row: bool = False) -> None:
+    def __init__(self, evaluator: Any, *, group_size: int, seed: int = 0, per_row: bool = False,
+                 eval_group_size: int | None = None, heldout_dir: Path | None = None) -> None:
+        from judges.dynamic import RubricEvaluator
+        from training.heldout import RUBRICS, SCORES, EvalScores, FixedRubrics
+
         self.evaluator = evaluator
         self.group_size = group_size
+        self.eval_group_size = eval_group_size or group_size
         self.seed = seed
         self.per_row = per_row
+        fixed = heldout_dir is not None and isinstance(evaluator, RubricEvaluator) and evaluator.dynamic
+        self.fixed = FixedRubrics(Path(heldout_dir) / RUBRICS) if fixed else None
+        """The held-out prompts' fixed rubrics (None: the evaluator scores every held-out group afresh)."""
+        self.eval_scores = EvalScores(Path(heldout_dir) / SCORES) if heldout_dir is not None else None
         self.history: list[dict[str, float | None]] = []
         """The stats of every training call, in order (what was logged)."""
         self.eval_history: list[dict[str, float | None]] = []
         """The stats of every held-out call, in order."""
         self.calls: list[dict[str, Any]] = []
         """Every call's completions, rubric traces and rewards, in order (in memory only)."""
+
+    async def _group(self, question: str, texts: list[str], *, row: str, seed: int, step: int,
+                     heldout: bool) -> tuple[list[float | None], Any, int, float | None, list[str | None], int]:
+        """(scores, trace, rubric size, saturated share, unscored cause per completion, backend calls) of one
+        group: the evaluator's `score_set`, or on held-out rows the prompt's fixed rubric."""
+        from judges.rubric import saturated_share
+        from training.heldout import score_fixed
+
+        if heldout and self.fixed is not None:
+            scores, found, cause = await score_fixed(self.evaluator, self.fixed, row=row, question=question,
+                                                     responses=texts, seed=seed, step=step)
+            rubric = self.fixed.get(row)
+            causes = [cause if s is None else None for s in scores]
+            if found is None:  # the prompt has no rubric
+                return scores, None, 0, None, causes, 0
+            # A `score_set` trace (the evaluation that made the rubric) or a `Verification`: both hold the verdicts.
+            done = [v for v in zip(*(found.verdicts or ())) if all(x is not None for x in v)]
+            saturated = saturated_share(np.array(done, dtype=float).T) if done else None
+            return scores, found, len(rubric) if rubric is not None else 0, saturated, causes, found.calls
+        result = await self.evaluator.score_set(question, texts, seed=seed)
+        trace = result.trace
+        stages = {f.stage for f in trace.failures}
+        cause = "parse" if "generate_rubric" in stages else "verify" if stages else None
+        return (list(result.scores), trace, len(trace.rubric or ()), trace.saturated_share,
+                [cause if s is None else None for s in result.scores], trace.calls)
 
     async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, question: Sequence[str],
                        row: Sequence[str], split: Sequence[str] | None = None, trainer_state: Any = None,
@@ -368,31 +426,69 @@ class PolicyReward:
 
         started = time.perf_counter()
         texts = [strip_thinking(completion_text(c)) for c in completions]
-        g = self.group_size
-        starts = range(0, len(texts), g)
         where = _split(split)
+        g = self.eval_group_size if where == "heldout" else self.group_size
+        starts = range(0, len(texts), g)
         # The group's seed: the run seed, the row, and the step that generated the group (the same on a resumed
         # run; a held-out group is seeded apart from a training group of the same step); the row alone per_row.
         step = trainer_state.global_step if trainer_state is not None else len(self.calls)
         keys = [(row[s],) if self.per_row else (row[s], step) for s in starts]
         seeds = [derive_seed(self.seed, *key) if where == "train" else derive_seed(self.seed, key[0], where, *key[1:])
                  for key in keys]
-        results = await asyncio.gather(*(
-            self.evaluator.score_set(question[s], texts[s:s + g], seed=seed) for s, seed in zip(starts, seeds)))
-        rewards: list[float | None] = [score for result in results for score in result.scores]
-        self.calls.append({"texts": texts, "question": list(question), "traces": [r.trace for r in results],
-                           "rewards": rewards, "split": where})
-        traces = [r.trace for r in results]
-        failures = []
-        for result in results:
-            stages = {f.stage for f in result.trace.failures}
-            cause = "parse" if "generate_rubric" in stages else "verify" if stages else None
-            failures += [cause if s is None else None for s in result.scores]
-        stats = _stats(rewards, [len(t) for t in texts], g, sum(t.calls for t in traces), started,
-                       [len(t.rubric) for t in traces if t.rubric], [t.saturated_share for t in traces], failures)
+        groups = await asyncio.gather(*(
+            self._group(question[s], texts[s:s + g], row=row[s], seed=seed, step=step, heldout=where == "heldout")
+            for s, seed in zip(starts, seeds)))
+        rewards: list[float | None] = [score for found in groups for score in found[0]]
+        self.calls.append({"texts": texts, "question": list(question), "traces": [found[1] for found in groups],
+                           "rewards": rewards, "split": where, "row": list(row), "step": step})
+        if where == "heldout" and self.eval_scores is not None:
+            self.eval_scores.write(step, row, rewards)
+        stats = _stats(rewards, [len(t) for t in texts], g, sum(found[5] for found in groups), started,
+                       [found[2] for found in groups if found[2]], [found[3] for found in groups],
+                       [cause for found in groups for cause in found[4]])
         (self.eval_history if where == "heldout" else self.history).append(stats)
         RewardStats({f"dr/{k}": v for k, v in stats.items()}).log(log_metric)
         return rewards
+
+
+class ShuffledReward:
+    """The shuffled control's reward (`--control shuffled`): `reward`'s values on every training batch, permuted
+    within the batch (the call's completions, this process's share) before TRL computes the advantages.
+
+    The permutation keeps the batch's rewards as a multiset and breaks their tie to the completions: the run takes
+    steps of the same size on the same data at the same learning rate, learning nothing from the reward, so what its
+    held-out score moves by is drift. Held-out batches are scored as they are. The permutation is seeded by the run
+    seed and the step.
+
+    Args:
+        reward: The reward to shuffle (its `scale_rewards`, histories and calls are this one's).
+        seed: The run seed.
+    """
+
+    def __init__(self, reward: Any, *, seed: int) -> None:
+        self.reward = reward
+        self.__name__ = reward.__name__  # TRL's log keys (`rewards/NAME/...`) as the trained run's
+        self.seed = seed
+        self.scale_rewards = reward.scale_rewards
+        self.permutations: list[list[int]] = []
+        """Each training call's permutation: the reward at position i is the one computed for position p[i]."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "reward":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self.reward, name)
+
+    async def __call__(self, *args: Any, split: Sequence[str] | None = None, trainer_state: Any = None,
+                       **kwargs: Any) -> list[float | None]:
+        from harness.seeds import derive_seed
+
+        rewards = await self.reward(*args, split=split, trainer_state=trainer_state, **kwargs)
+        if _split(split) == "heldout":
+            return rewards
+        step = trainer_state.global_step if trainer_state is not None else len(self.permutations)
+        order = np.random.default_rng(derive_seed(self.seed, "shuffle", step)).permutation(len(rewards)).tolist()
+        self.permutations.append(order)
+        return [rewards[i] for i in order]
 
 
 def _stats(rewards: Sequence[float | None], lengths: Sequence[int], group_size: int, calls: int, started: float,

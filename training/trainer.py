@@ -10,8 +10,9 @@ Two overrides, nothing else of TRL's changes:
   model's own with its forward pass.
 - `evaluate`: the held-out evaluation (`--eval-every`) samples under `torch.random.fork_rng`, seeded from the run
   seed, the step and the rank. Its samples depend on the weights and the step only, and the training run's random
-  stream is the same with or without evaluation: an evaluated run trains exactly as an unevaluated one, and a
-  control run (learning rate 0) sees the same evaluation samples as the trained run at step 0.
+  stream is the same with or without evaluation: an evaluated run trains exactly as an unevaluated one, and the base
+  weights evaluated at a step's stream (`training.fit.evaluate_at`, a learning comparison's base arm) draw the
+  samples a run of the same seed drew there with its own weights (at step 0, the very same ones).
 
 This module imports torch and TRL: import it inside functions.
 """

@@ -543,8 +543,9 @@ def train(
     training_curves.png and dr_manifest.json beside it. `coevolve` alternates them for --rounds (G1 on P0's sets,
     P1 with G1, G2 on P1's sets, ...) into OUTPUT_DIR/G1, P1, ... with coevolve.json listing every checkpoint and
     its parents. `plot DIR` draws DIR/train_log.jsonl into DIR/training_curves.png. With --seeds N and --control
-    the job is trained per seed and again with learning rate 0, and the held-out curves compared (learning.json,
-    learning.png). Under `accelerate launch --num_processes N` the processes share the job (the main process
+    shuffled each seed is trained, trained again with each batch's rewards shuffled, and its base weights evaluated
+    on the same held-out streams; the pre-registered rule's verdict, the curves and peak memory go to learning.json
+    and learning.png. --noise-pilot measures the held-out evaluation's own noise first. Under `accelerate launch --num_processes N` the processes share the job (the main process
     writes everything once).
 
     A checkpoint is bound to its settings: rerunning with other settings into the same output dir is refused

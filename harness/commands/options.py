@@ -149,11 +149,16 @@ class TrainRun:
         "--eval-every", min=1, help="Evaluate the held-out split (data.heldout) at step 0, every K steps and at the "
         "end (overrides eval_every).")] = None
     seeds: Annotated[int, typer.Option(
-        "--seeds", min=1, help="Train N seeds (grpo.seed + 0..N-1) into OUTPUT_DIR/seed<S> and compare their "
-        "held-out curves (learning.json, learning.png).")] = 1
-    control: Annotated[bool, typer.Option(
-        "--control", help="Also train each seed with learning rate 0 (OUTPUT_DIR/seed<S>-control) and compare the "
-        "held-out curves against it.")] = False
+        "--seeds", min=1, help="Train N seeds (grpo.seed + 0..N-1) into OUTPUT_DIR/seed<S>, each in a process of "
+        "its own, and compare their held-out scores (learning.json, learning.png).")] = 1
+    control: Annotated[Optional[str], typer.Option(
+        "--control", metavar="shuffled", help="shuffled: also train each seed with each batch's rewards shuffled "
+        "(OUTPUT_DIR/seed<S>-shuffled), evaluate the base weights on every evaluation's stream (seed<S>-base) and "
+        "apply the pre-registered rule (training.learning) to the paired held-out gains.")] = None
+    noise_pilot: Annotated[bool, typer.Option(
+        "--noise-pilot", help="generator, policy: train nothing; evaluate the base weights on the held-out "
+        "streams of steps 0 and 1 against one set of fixed rubrics and print the spread of the per-prompt "
+        "differences, what a learning comparison has to beat (OUTPUT_DIR/noise-pilot/noise.json).")] = False
     rounds: Annotated[Optional[int], typer.Option(
         "--rounds", min=1, help="coevolve: rounds (overrides rounds).")] = None
     dry_run: Annotated[bool, typer.Option(

@@ -32,10 +32,10 @@ def run_train(what: str, target: Path | None, args: TrainRun, *, endpoints: Path
         raise ConfigError(f"harness train {what!r}: expected generator, policy, coevolve or plot")
     if target is not None or args.config is None:
         raise ConfigError(f"harness train {what}: takes --config FILE and no DIR argument")
-    try:
-        import trl  # noqa: F401
-    except ImportError:
-        raise ConfigError('training needs TRL: pip install -e ".[hf,train]"') from None
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:  # found, not imported: a comparison's parent process stays light
+        raise ConfigError('training needs TRL: pip install -e ".[hf,train]"')
     from training.ranks import current
 
     say = echo if current().main else (lambda line: None)
@@ -48,8 +48,10 @@ def run_train(what: str, target: Path | None, args: TrainRun, *, endpoints: Path
 def _coevolve(args: TrainRun, *, endpoints: Path | None, overwrite: bool, echo: Callable[[str], None]) -> None:
     from training.coevolve import coevolve, load_coevolve_config, stage_line
 
-    if args.eval_every is not None or args.seeds != 1 or args.control or args.dry_run:
-        raise ConfigError("--eval-every, --seeds, --control and --dry-run are for `harness train generator|policy`")
+    if (args.eval_every is not None or args.seeds != 1 or args.control is not None or args.dry_run
+            or args.noise_pilot):
+        raise ConfigError("--eval-every, --seeds, --control, --noise-pilot and --dry-run are for "
+                          "`harness train generator|policy`")
     co = load_coevolve_config(args.config, rounds=args.rounds, output_dir=args.output_dir, data_dir=args.data_dir,
                               max_steps=args.max_steps)
     co = co.model_copy(update={"models": served_models(co.models, endpoints)})
@@ -69,14 +71,30 @@ def _job(what: str, args: TrainRun, *, endpoints: Path | None, overwrite: bool, 
         from training.job import dry_run
         from training.learning import plan_runs
 
-        runs = plan_runs(cfg, seeds=args.seeds, control=args.control) if args.seeds > 1 or args.control else []
+        comparing = args.seeds > 1 or args.control is not None
+        runs = plan_runs(cfg, seeds=args.seeds, control=args.control) if comparing else []
         for line in dry_run(what, cfg):  # type: ignore[arg-type]
             echo(line)
         if runs:
-            echo(f"learning comparison: {len(runs)} runs, each as above: "
-                 + ", ".join(f"{arm} seed {seed} -> {run.output_dir}" for arm, seed, run in runs))
+            echo(f"learning comparison: {len(runs)} runs, each as above, in a process of its own: "
+                 + ", ".join(f"{run.arm} seed {run.seed} -> {run.config.output_dir}" for run in runs)
+                 + "; then the base weights evaluated per seed")
         return
-    if args.seeds > 1 or args.control:
+    if args.noise_pilot:
+        if args.seeds > 1 or args.control is not None:
+            raise ConfigError("--noise-pilot evaluates the base weights alone: drop --seeds and --control")
+        from training.learning import noise_pilot
+
+        found = noise_pilot(what, cfg)
+        means = ", ".join("-" if m is None else f"{m:.4f}" for m in found["stream_means"])
+        shown = (f"mean {found['mean']:+.4f} [{found['low']:+.4f}, {found['high']:+.4f}], SD {found['sd']:.4f}"
+                 if "mean" in found else "no prompt scored on both streams")
+        echo(f"noise pilot: base weights on the streams of steps {found['steps'][0]} and {found['steps'][1]} "
+             f"(held-out means {means}): per-prompt difference {shown} over {found['n_prompts']} prompts "
+             f"({found['n_dropped']} unscored), {found['wall_seconds']:.0f} s -> "
+             f"{cfg.output_dir}/noise-pilot/noise.json")
+        return
+    if args.seeds > 1 or args.control is not None:
         from training.learning import compare, lines
 
         summary = compare(what, cfg, seeds=args.seeds, control=args.control, overwrite=overwrite, report=echo)

@@ -141,7 +141,7 @@ def _bad_endpoint(tmp_path: Path, entry: dict) -> tuple[str, ...]:
 
 @pytest.mark.parametrize(("config", "extra", "said"), [
     ("generator-cpu.yaml", lambda _: ("--eval-every", "4"), "eval_every: the held-out evaluation needs data.heldout"),
-    ("generator-cpu-learn.yaml", lambda _: ("--seeds", "2", "--control"),
+    ("generator-cpu-learn.yaml", lambda _: ("--seeds", "2", "--control", "shuffled"),
      "a learning comparison (--seeds, --control) needs --eval-every K"),
     ("policy-cpu.yaml", lambda tmp: _bad_endpoint(tmp, {"base_url": "http://localhost:8001/v1", "served": [1, 2]}),
      "models.smollm2-135m: served must be"),
