@@ -32,7 +32,7 @@ from harness.backends.base import Constraint, LogprobRequest, Message, SamplingP
 from harness.errors import ConfigError, Failure, FailureCategory
 from harness.seeds import derive_seed
 from judges.templates import render_template
-from judges.verify import Ask, ask_all
+from judges.ask import Ask, ask_all
 
 if TYPE_CHECKING:
     from benchmarks.base import PolicyItem

@@ -34,7 +34,7 @@ from harness.backends.base import Constraint, Message, SamplingParams
 from harness.errors import ConfigError, Failure
 from harness.seeds import derive_seed
 from judges.templates import load_template, render, render_template
-from judges.verify import Ask, ask_all
+from judges.ask import Ask, ask_all
 
 if TYPE_CHECKING:
     from benchmarks.base import PolicyItem

@@ -45,7 +45,8 @@ from judges.rubric import (
     saturated_share,
 )
 from judges.templates import render_template, response_label
-from judges.verify import VERIFY_MODES, Ask, VerifyMode, ask_all, verify
+from judges.ask import Ask, ask_all
+from judges.verify import VERIFY_MODES, VerifyMode, verify
 
 if TYPE_CHECKING:
     from harness.pool import BackendPool

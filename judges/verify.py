@@ -31,20 +31,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from harness.backends.base import (
     Backend,
     Constraint,
-    GenerateRequest,
     LogprobRequest,
     Message,
     SamplingParams,
-    assistant_text,
 )
 from harness.errors import Failure, FailureCategory
+from judges.ask import Ask, ask_all
 from judges.base import StageFailure
 from judges.rubric import Rubric
 from judges.templates import load_template, render, render_template
@@ -54,11 +53,9 @@ __all__ = [
     "SHEET_TOKENS_PER_ITEM",
     "VERIFY_MODES",
     "YES_NO",
-    "Ask",
     "Verification",
     "VerdictParseError",
     "VerifyMode",
-    "ask_all",
     "item_question_parts",
     "p_yes",
     "parse_answer_sheet",
@@ -165,73 +162,6 @@ def p_yes(top: Mapping[str, float]) -> float | None:
     """P(yes) among the yes/no variants of one position's alternatives; None when neither word is there."""
     yes, no = _yes_no(top)
     return yes / (yes + no) if yes + no > 0 else None
-
-
-# --- asking, with one re-ask on a parse failure ---
-
-
-@dataclass(slots=True)
-class Ask:
-    """One question to a backend: its chat, how to read the answer, and how to complain about an unreadable one."""
-
-    messages: tuple[Message, ...]
-    params: SamplingParams
-    parse: Callable[[str], Any]
-    """Reads the answer text (prefill joined on); raises a `ValueError` (its message is the complaint)."""
-    retry: Callable[[str], str]
-    """The user message of the re-ask, given the complaint."""
-    prefix: str = ""
-    """A prefill for the assistant turn (sent on the re-ask too); see `assistant_text`."""
-    result: Any = None
-    failure: Failure | None = None
-    texts: list[str] = field(default_factory=list)
-    """The model's answers, first and (if re-asked) second, each with its prefill."""
-    problem: str | None = None
-    """The complaint sent on the re-ask, if any."""
-
-
-async def ask_all(backend: Backend, asks: Sequence[Ask]) -> tuple[int, int]:
-    """Send every ask in one `generate` batch, re-ask the unreadable ones once (again in one batch).
-
-    Each ask ends with `result` set or `failure` set (the backend's own, or PARSE after the re-ask). `parse`
-    sees the whole answer, its prefill joined on where the backend continued it (`assistant_text`).
-
-    Returns:
-        (requests sent, requests not served by the call cache).
-    """
-    requests = calls = 0
-    pending = list(asks)
-    for attempt in (1, 2):
-        if not pending:
-            break
-        batch = [GenerateRequest(a.messages, a.params, a.prefix) for a in pending]
-        completions = await backend.generate(batch)
-        if len(completions) != len(pending):  # a broken backend, not a bad answer: never guess the alignment
-            raise RuntimeError(f"backend {backend.model!r} returned {len(completions)} results for {len(pending)}")
-        requests += len(pending)
-        calls += sum(not c.cached for c in completions)
-        again = []
-        for a, c in zip(pending, completions):
-            if c.error is not None:
-                a.failure = c.error
-                continue
-            if len(c.texts) != 1:
-                a.failure = Failure(FailureCategory.MALFORMED_RESPONSE, f"expected 1 text, got {len(c.texts)}")
-                continue
-            text = assistant_text(a.prefix, c)
-            a.texts.append(text)
-            try:
-                a.result = a.parse(text)
-            except ValueError as exc:
-                if attempt == 2:
-                    message = f"unreadable after a re-ask: {exc} (first answer: {a.problem})"
-                    a.failure = Failure(FailureCategory.PARSE, message, attempts=2)
-                    continue
-                a.problem = str(exc)
-                a.messages += (Message("assistant", text), Message("user", a.retry(str(exc))))
-                again.append(a)
-        pending = again
-    return requests, calls
 
 
 # --- the three modes ---

@@ -82,7 +82,7 @@ from benchmarks.wildbench_score import TRUNCATION_MARKER, TaskScore, counts_in_g
 from harness.backends.base import Constraint, Message, SamplingParams
 from harness.errors import ConfigError, Failure
 from judges.templates import render_template
-from judges.verify import Ask, ask_all
+from judges.ask import Ask, ask_all
 
 if TYPE_CHECKING:
     from benchmarks.base import PolicyItem
