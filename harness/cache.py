@@ -26,7 +26,7 @@ import math
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -411,62 +411,87 @@ class CachedBackend:
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         if self.cache is None:
-            await self.probe()
-            self.calls += len(requests)
-            fresh = await self.backend.generate(requests)
-            self._spent(fresh)
-            return fresh
+            return await self._uncached(self.backend.generate, requests)
         keys = [
-            [cache_key(self._identity, "generate", _generate_payload(r), i) for i in range(r.params.n)]
+            tuple(cache_key(self._identity, "generate", _generate_payload(r), i) for i in range(r.params.n))
             for r in requests
         ]
         # An answer the backend sent without the request's constraint (`Completion.constrained`) is kept under
         # keys of what was sent, never the constrained request's, and read back only where no constrained answer is.
         plain = [
-            [cache_key(self._identity, "generate", {**_generate_payload(r), "sent_plain": True}, i)
-             for i in range(r.params.n)] if r.params.constraint is not None else []
+            tuple(cache_key(self._identity, "generate", {**_generate_payload(r), "sent_plain": True}, i)
+                  for i in range(r.params.n)) if r.params.constraint is not None else ()
             for r in requests
         ]
-        found = self.cache.get_many([k for ks in keys + plain for k in ks])
-        results: list[Completion | None] = [None] * len(requests)
-        todo = []
-        for idx, ks in enumerate(keys):
+
+        def hit(idx: int, found: Mapping[str, object]) -> Completion | None:
+            ks = keys[idx]
             stored = next((where for where in (ks, plain[idx]) if where and all(k in found for k in where)), None)
-            if stored is not None:
-                results[idx] = _completion_from(
-                    [found[k] for k in stored],
-                    with_logprobs=requests[idx].params.logprobs > 0,
-                    cached=True,
-                    usage=Usage(),
-                    constrained=stored is ks,
-                )
-            else:
+            if stored is None:
+                return None
+            return _completion_from([found[k] for k in stored], with_logprobs=requests[idx].params.logprobs > 0,
+                                    cached=True, usage=Usage(), constrained=stored is ks)
+
+        def keep(idx: int, completion: Completion, found: Mapping[str, object]
+                 ) -> tuple[Completion, list[tuple[str, object]]]:
+            wants_logprobs = requests[idx].params.logprobs > 0
+            if not (completion.ok and len(completion.texts) == requests[idx].params.n
+                    and (not wants_logprobs or completion.logprobs is not None)):
+                return completion, []
+            where = keys[idx] if completion.constrained else plain[idx]
+            # Samples already cached keep their stored value, so a partly cached request stays stable.
+            values = [found.get(k, _sample_value(completion, i)) for i, k in enumerate(where)]
+            completion = _completion_from(values, with_logprobs=wants_logprobs, cached=False,
+                                          usage=completion.usage, constrained=completion.constrained)
+            return completion, [(k, v) for k, v in zip(where, values) if k not in found]
+
+        return await self._keyed(requests, keys, self.backend.generate, hit, keep,
+                                 also=[k for ks in plain for k in ks])
+
+    async def _uncached(self, call: Callable[[list[R]], Awaitable[list[T]]], requests: Sequence[R]) -> list[T]:
+        """`call` the backend for every request (no call cache: nothing is read or kept)."""
+        await self.probe()
+        self.calls += len(requests)
+        fresh = await call(list(requests))
+        self._spent(fresh)
+        return fresh
+
+    async def _keyed(
+        self,
+        requests: Sequence[R],
+        keys: Sequence[tuple[str, ...]],
+        call: Callable[[list[R]], Awaitable[list[T]]],
+        hit: Callable[[int, Mapping[str, object]], T | None],
+        keep: Callable[[int, T, Mapping[str, object]], tuple[T, list[tuple[str, object]]]],
+        *,
+        also: Sequence[str] = (),
+    ) -> list[T]:
+        """Every cached operation: request i's cache entries are `keys[i]` (one per sample; `also`: other keys read
+        with them). `hit(i, found)` answers request i from the entries read, or None; the rest are sent once (an
+        identical request in flight is waited for, not sent again: `_board`), and `keep(i, result, found)` gives
+        what request i returns and the (key, value) entries to store (none for a failure)."""
+        assert self.cache is not None
+        found = self.cache.get_many([k for ks in keys for k in ks] + list(also))
+        results: list[T | None] = [None] * len(requests)
+        todo = []
+        for idx in range(len(requests)):
+            results[idx] = hit(idx, found)
+            if results[idx] is None:
                 todo.append(idx)
-        mine, waits = self._board([tuple(keys[i]) for i in todo], todo)
+        mine, waits = self._board([keys[i] for i in todo], todo)
         self.hits += len(requests) - len(mine)
         self.calls += len(mine)
         self.cache.count(hits=len(requests) - len(mine), misses=len(mine))
         async with self._sending(mine, results):
             if mine:
                 await self.probe()
-                fresh = await self.backend.generate([requests[i] for i in mine])
+                fresh = await call([requests[i] for i in mine])
                 self._spent(fresh)
-                to_store = []
                 label = _model_label(self._identity)
-                for idx, completion in zip(mine, fresh):
-                    wants_logprobs = requests[idx].params.logprobs > 0
-                    if (
-                        completion.ok
-                        and len(completion.texts) == requests[idx].params.n
-                        and (not wants_logprobs or completion.logprobs is not None)
-                    ):
-                        where = keys[idx] if completion.constrained else plain[idx]
-                        # Samples already cached keep their stored value, so a partly cached request stays stable.
-                        values = [found.get(k, _sample_value(completion, i)) for i, k in enumerate(where)]
-                        completion = _completion_from(values, with_logprobs=wants_logprobs, cached=False,
-                                                      usage=completion.usage, constrained=completion.constrained)
-                        to_store += [(k, label, v) for k, v in zip(where, values) if k not in found]
-                    results[idx] = completion
+                to_store = []
+                for idx, result in zip(mine, fresh):
+                    results[idx], entries = keep(idx, result, found)
+                    to_store += [(k, label, v) for k, v in entries]
                 self.cache.put_many(to_store)
         await _landed(waits, results)
         return results  # type: ignore[return-value]
@@ -521,43 +546,22 @@ class CachedBackend:
         load: Callable[[R, object], T],
         store: Callable[[R, T], object | None],
     ) -> list[T]:
-        """An operation with one cache entry per request (`next_token_logprobs`, `score`): answer what the cache
-        holds (`load(request, stored)`), `call` the backend for the rest, and keep what `store(request, result)`
-        returns for a result (None: a failure, never stored)."""
+        """An operation with one cache entry per request (`next_token_logprobs`, `loglikelihood`, `score`) through
+        `_keyed`: `load(request, stored)` answers from the entry, `store(request, result)` gives what to keep
+        (None: a failure, never stored)."""
         if self.cache is None:
-            await self.probe()
-            self.calls += len(requests)
-            fresh = await call(list(requests))
-            self._spent(fresh)
-            return fresh
-        keys = [cache_key(self._identity, op, payload) for payload in payloads]
-        found = self.cache.get_many(keys)
-        results: list[T | None] = [None] * len(requests)
-        todo = []
-        for idx, key in enumerate(keys):
-            if key in found:
-                results[idx] = load(requests[idx], found[key])
-            else:
-                todo.append(idx)
-        mine, waits = self._board([(keys[i],) for i in todo], todo)
-        self.hits += len(requests) - len(mine)
-        self.calls += len(mine)
-        self.cache.count(hits=len(requests) - len(mine), misses=len(mine))
-        async with self._sending(mine, results):
-            if mine:
-                await self.probe()
-                fresh = await call([requests[i] for i in mine])
-                self._spent(fresh)
-                label = _model_label(self._identity)
-                to_store = []
-                for idx, result in zip(mine, fresh):
-                    value = store(requests[idx], result)
-                    if value is not None:
-                        to_store.append((keys[idx], label, value))
-                    results[idx] = result
-                self.cache.put_many(to_store)
-        await _landed(waits, results)
-        return results  # type: ignore[return-value]
+            return await self._uncached(call, requests)
+        keys = [(cache_key(self._identity, op, payload),) for payload in payloads]
+
+        def hit(idx: int, found: Mapping[str, object]) -> T | None:
+            (key,) = keys[idx]
+            return load(requests[idx], found[key]) if key in found else None
+
+        def keep(idx: int, result: T, found: Mapping[str, object]) -> tuple[T, list[tuple[str, object]]]:
+            value = store(requests[idx], result)
+            return result, [] if value is None else [(keys[idx][0], value)]
+
+        return await self._keyed(requests, keys, call, hit, keep)
 
     async def next_token_logprobs(
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
