@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from harness.backends.base import (
-    Backend,
+    BaseBackend,
     Completion,
     GenerateRequest,
     LoglikelihoodRequest,
@@ -46,6 +46,7 @@ from harness.backends.base import (
     Usage,
     chat_to_json,
 )
+from harness.backends.local import LocalBackend
 from harness.errors import HarnessError
 from harness.paths import call_cache_path
 from harness.redact import scrub_secrets
@@ -336,16 +337,16 @@ async def _landed(waits: Sequence[tuple[int, asyncio.Future]], results: list[Any
         results[idx] = answer
 
 
-class CachedBackend:
+class CachedBackend(BaseBackend):
     """Wraps a backend so every call goes through the call cache; counts calls and hits.
 
-    Implements the `Backend` protocol itself, so judges and runners never see the difference. The wrapped
-    backend is probed (`Backend.probe`: a server's reachability, a local model's loading) once, before the first
+    A `BaseBackend` itself, so judges and runners never see the difference. The wrapped
+    backend is probed (`BaseBackend.probe`: a server's reachability, a local model's loading) once, before the first
     request the cache cannot answer, so a fully cached run needs neither the server nor the weights; a probe that
     fails raises its `HarnessError` to every caller, which stops the run.
     """
 
-    def __init__(self, backend: Backend, cache: CallCache | None) -> None:
+    def __init__(self, backend: BaseBackend, cache: CallCache | None) -> None:
         self.backend = backend
         self.cache = cache
         self.kind = backend.kind
@@ -388,16 +389,16 @@ class CachedBackend:
     @property
     def local(self) -> bool:
         """Whether the model runs in this process (its weights take this machine's memory): `hf`, `vllm`."""
-        return hasattr(self.backend, "release")
+        return isinstance(self.backend, LocalBackend)
 
     @property
     def resident(self) -> bool:
         """Whether a local model's weights are in memory now (a server's never are)."""
-        return bool(getattr(self.backend, "resident", False))
+        return isinstance(self.backend, LocalBackend) and self.backend.resident
 
     async def release(self) -> None:
         """Free a local model's memory until its next uncached request (a no-op for a server)."""
-        if self.local:
+        if isinstance(self.backend, LocalBackend):
             await self.backend.release()
 
     def _spent(self, results: Sequence[Any]) -> None:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.backends.base import Backend, GenerateRequest, Message, SamplingParams, chat_to_json
+from harness.backends.base import BaseBackend, GenerateRequest, Message, SamplingParams, chat_to_json
 from harness.loop import LoopSummary, Unit, write_output
 from harness.records import GenerationRecord
 from harness.runstore import OutputPaths
@@ -87,7 +87,7 @@ def _request(prompt: PromptRecord, config: GenerateConfig) -> GenerateRequest:
 
 
 async def run_generate(
-    backend: Backend,
+    backend: BaseBackend,
     prompts: Sequence[PromptRecord],
     config: GenerateConfig,
     out: Path,
@@ -146,7 +146,7 @@ class _Counters:
         return {self.spec: lacks} if lacks else {}
 
 
-def make_work(backend: Backend, config: GenerateConfig):
+def make_work(backend: BaseBackend, config: GenerateConfig):
     """The loop's work function: one prompt -> its `n` generation records."""
 
     async def work(prompt: PromptRecord) -> list[GenerationRecord]:

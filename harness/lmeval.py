@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from harness.backends.base import (
-    Backend,
+    BaseBackend,
     BackendOptions,
     GenerateRequest,
     LoglikelihoodRequest,
@@ -98,7 +98,7 @@ class HarnessLM(_LMBase):  # type: ignore[misc,valid-type]
         ConfigError: lm-eval is not installed, or the spec is not valid.
     """
 
-    def __init__(self, model: str | Backend, *, options: BackendOptions | None = None, cache: Any = None,
+    def __init__(self, model: str | BaseBackend, *, options: BackendOptions | None = None, cache: Any = None,
                  no_cache: bool = False, seed: int = 0) -> None:
         _require_lm_eval()
         super().__init__()

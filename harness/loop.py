@@ -95,7 +95,7 @@ class LoopSummary:
     cache_hits: int = 0
     seconds: float = 0.0
     lacking: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Model spec -> what its backend was found to lack, and how requests coped (`Backend.capabilities`)."""
+    """Model spec -> what its backend was found to lack, and how requests coped (`BaseBackend.capabilities`)."""
     spent: dict[str, dict[str, int]] = field(default_factory=dict)
     """Model spec -> requests sent and tokens spent by this command (`BackendPool.spent`; cache hits spend none)."""
     engines: dict[str, Any] = field(default_factory=dict)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from harness.backends.base import BackendOptions
+from harness.backends.replicas import ReplicaBackend
 from harness.cache import CachedBackend, CallCache
 from harness.errors import ConfigError
 
@@ -106,7 +107,7 @@ class BackendPool:
     def replicas(self) -> dict[str, dict[str, Any]]:
         """Key -> requests per replica and failovers, for every model served by replicas; kept after `close`."""
         for key, b in self._backends.items():
-            if hasattr(b.backend, "stats"):
+            if isinstance(b.backend, ReplicaBackend):
                 self._replicas[key] = b.backend.stats()
         return dict(self._replicas)
 
@@ -115,8 +116,7 @@ class BackendPool:
         end (`release`); kept after `close`."""
         for key, b in self._backends.items():
             if b.local:
-                self._engines[key] = {"loads": getattr(b.backend, "loads", 0),
-                                      "releases": getattr(b.backend, "releases", 0)}
+                self._engines[key] = {"loads": b.backend.loads, "releases": b.backend.releases}
         return {"peak_resident": self._peak, "models": dict(self._engines)} if self._engines else {}
 
     async def release(self, keys: Iterable[str]) -> None:
@@ -132,7 +132,7 @@ class BackendPool:
         return {spec: backend.identity() for spec, backend in self._backends.items()}
 
     def capabilities(self) -> dict[str, dict[str, str]]:
-        """Model spec -> what its backend was found to lack (`Backend.capabilities`), for the backends that lack
+        """Model spec -> what its backend was found to lack (`BaseBackend.capabilities`), for the backends that lack
         something; kept after `close`."""
         found = {spec: backend.capabilities() for spec, backend in self._backends.items()}
         self._lacks.update({spec: lacks for spec, lacks in found.items() if lacks})

@@ -36,7 +36,7 @@ from judges.ask import Ask, ask_all
 
 if TYPE_CHECKING:
     from benchmarks.base import PolicyItem
-    from harness.backends.base import Backend
+    from harness.backends.base import BaseBackend
 
 __all__ = [
     "JUDGE_MODES",
@@ -159,7 +159,7 @@ class AlpacaJudge:
     `template` names alpaca_eval's (`alpaca_eval`, read from the installed package) or a chat-ML file.
     """
 
-    def __init__(self, backend: Backend, *, mode: str = "auto", template: str | None = None,
+    def __init__(self, backend: BaseBackend, *, mode: str = "auto", template: str | None = None,
                  structured: bool = True, max_tokens: int = 8) -> None:
         if mode not in JUDGE_MODES:
             raise ConfigError(f"AlpacaEval judge mode {mode!r}; valid: {', '.join(JUDGE_MODES)}")

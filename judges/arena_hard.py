@@ -38,7 +38,7 @@ from judges.ask import Ask, ask_all
 
 if TYPE_CHECKING:
     from benchmarks.base import PolicyItem
-    from harness.backends.base import Backend
+    from harness.backends.base import BaseBackend
 
 __all__ = [
     "VERDICT_PATTERNS",
@@ -222,7 +222,7 @@ class ArenaHardJudge:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: BaseBackend,
         *,
         upstream_prompts: Path | str | None = None,
         structured: bool = True,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.backends.base import Backend, GenerateRequest, Message, SamplingParams, assistant_text
+from harness.backends.base import BaseBackend, GenerateRequest, Message, SamplingParams, assistant_text
 from harness.errors import Failure, FailureCategory
 
 __all__ = ["Ask", "ask_all"]
@@ -40,7 +40,7 @@ class Ask:
     """The complaint sent on the re-ask, if any."""
 
 
-async def ask_all(backend: Backend, asks: Sequence[Ask]) -> tuple[int, int]:
+async def ask_all(backend: BaseBackend, asks: Sequence[Ask]) -> tuple[int, int]:
     """Send every ask in one `generate` batch, re-ask the unreadable ones once (again in one batch).
 
     Each ask ends with `result` set or `failure` set (the backend's own, or PARSE after the re-ask). `parse`

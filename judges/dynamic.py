@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.backends.base import Backend, Constraint, Message, SamplingParams
+from harness.backends.base import BaseBackend, Constraint, Message, SamplingParams
 from harness.errors import ConfigError
 from harness.seeds import derive_seed
 from judges.base import SetScores, StageFailure, Trace, format_evaluator_spec, resolve_settings
@@ -123,8 +123,8 @@ class RubricEvaluator:
         self,
         spec: str,
         *,
-        generator: Backend,
-        verifier: Backend,
+        generator: BaseBackend,
+        verifier: BaseBackend,
         dynamic: bool,
         mode: VerifyMode = "per_item",
         gen_temperature: float = 0.7,

@@ -56,7 +56,7 @@ from judges.base import SetScores, StageFailure, Trace, format_evaluator_spec, r
 from judges.templates import load_template, render_template
 
 if TYPE_CHECKING:
-    from harness.backends.base import Backend
+    from harness.backends.base import BaseBackend
     from harness.pool import BackendPool
 
 __all__ = [
@@ -210,7 +210,7 @@ class PairwiseJudge:
         ConfigError: for a negative temperature or `max_tokens` below 1.
     """
 
-    def __init__(self, backend: Backend, settings: dict[str, Any]) -> None:
+    def __init__(self, backend: BaseBackend, settings: dict[str, Any]) -> None:
         if settings["temperature"] < 0:
             raise ConfigError(f"{KIND}: temperature must be >= 0, got {settings['temperature']}")
         if settings["max_tokens"] < 1:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.base import PolicyItem
-from harness.backends.base import Backend
+from harness.backends.base import BaseBackend
 from harness.errors import ConfigError, Failure
 from judges.thinking import strip_thinking as strip_thinking  # the one stripping rule, shared with training
 
@@ -78,7 +78,7 @@ def judge_options(benchmark: str) -> list[str]:
     return [name for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
 
-def build_judge(benchmark: str, backend: Backend, settings: Mapping[str, Any] | None = None) -> Any:
+def build_judge(benchmark: str, backend: BaseBackend, settings: Mapping[str, Any] | None = None) -> Any:
     """The benchmark's judge on `backend` with `settings` (the table's, then the config's `judge_settings`).
 
     Raises:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from harness.backends.base import (
-    Backend,
+    BaseBackend,
     Constraint,
     LogprobRequest,
     Message,
@@ -227,7 +227,7 @@ def item_question_parts(prompt: str, response: str) -> tuple[str, str]:
 
 
 async def verify(
-    backend: Backend,
+    backend: BaseBackend,
     prompt: str,
     responses: Sequence[str],
     rubric: Rubric,
@@ -309,7 +309,7 @@ async def verify(
 
 
 async def _verify_logprob(
-    backend: Backend, prompt: str, responses: Sequence[str], rubric: Rubric
+    backend: BaseBackend, prompt: str, responses: Sequence[str], rubric: Rubric
 ) -> Verification:
     n_items, k_resp = len(rubric), len(responses)
     verdicts: list[list[float | None]] = [[None] * k_resp for _ in range(n_items)]

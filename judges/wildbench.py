@@ -86,7 +86,7 @@ from judges.ask import Ask, ask_all
 
 if TYPE_CHECKING:
     from benchmarks.base import PolicyItem
-    from harness.backends.base import Backend
+    from harness.backends.base import BaseBackend
 
 __all__ = [
     "EMPTY_OUTPUT_JUDGMENT",
@@ -315,7 +315,7 @@ class WildBenchJudge:
     docstring for the upstream rules and the deviations.
     """
 
-    def __init__(self, backend: Backend, *, template: str | Path | None = None, structured: bool = True,
+    def __init__(self, backend: BaseBackend, *, template: str | Path | None = None, structured: bool = True,
                  max_tokens: int = JUDGE_MAX_TOKENS, max_words: int = -1) -> None:
         if max_tokens < 1:
             raise ConfigError(f"WildBench judge max_tokens must be >= 1, got {max_tokens}")

@@ -55,7 +55,7 @@ from judges.ask import Ask, ask_all
 
 if TYPE_CHECKING:
     from benchmarks.base import PolicyItem
-    from harness.backends.base import Backend
+    from harness.backends.base import BaseBackend
 
 __all__ = [
     "SCORE_CONSTRAINT",
@@ -249,7 +249,7 @@ class WritingBenchJudge:
         ConfigError: for unreadable template files or sampling settings out of range.
     """
 
-    def __init__(self, backend: Backend, *, template: str | None = None, system: str | None = None,
+    def __init__(self, backend: BaseBackend, *, template: str | None = None, system: str | None = None,
                  structured: bool = True, temperature: float = 1.0, top_p: float = 0.95,
                  max_tokens: int = 2048) -> None:
         if system is not None and template is None:

@@ -223,6 +223,9 @@ def _check_reward(config: TrainConfig) -> None:
         def check_score(self, head: str) -> None:
             """Any head: the model's fitness is checked when the reward is built on it."""
 
+        async def generate(self, requests: Any) -> Any:
+            raise AssertionError("a stand-in only checks how the reward is built; it is never called")
+
     class Pool:
         def get(self, spec: str, *, overrides: Any = None) -> Any:
             return StandIn(spec)

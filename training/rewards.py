@@ -71,7 +71,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from harness.backends.base import Backend
+from harness.backends.base import BaseBackend
 from judges.rubric import (
     Rubric,
     RubricParseError,
@@ -199,7 +199,7 @@ class RewardStats:
 class _Counted:
     """A backend wrapper counting the requests it forwards (the verifier's calls of one reward call)."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: BaseBackend) -> None:
         self.backend = backend
         self.requests = 0
 
@@ -256,7 +256,7 @@ class GeneratorReward:
     """The reward already is the paper's advantage (the sum of group-standardised components): TRL scales it by
     nothing more."""
 
-    def __init__(self, verifier: Backend, *, group_size: int, lam: float = 1.0, objective: Objective = "both",
+    def __init__(self, verifier: BaseBackend, *, group_size: int, lam: float = 1.0, objective: Objective = "both",
                  mode: VerifyMode = "per_item", verify_max_tokens: int = 16, structured: bool = True,
                  heldout_dir: Path | None = None) -> None:
         from training.heldout import SCORES, EvalScores
@@ -279,7 +279,7 @@ class GeneratorReward:
         """Every call's completions, outcomes and rewards, in order (in memory only: for audits and tests)."""
 
     async def score(self, text: str, question: str, responses: Sequence[str], anchor: Sequence[str],
-                    verifier: Backend, *, on_set: bool = True, on_anchor: bool = True) -> RubricOutcome:
+                    verifier: BaseBackend, *, on_set: bool = True, on_anchor: bool = True) -> RubricOutcome:
         """The rewards of one rubric text: `disc` from the verdicts on the set (`on_set`), `anchor` and the anchor
         order from the verdicts on the anchors (`on_anchor`); a reward not asked for stays None."""
         try:

@@ -13,7 +13,7 @@ used, and keeps torch/transformers/vllm imports inside functions, so importing t
 from __future__ import annotations
 
 from harness.backends.base import (
-    Backend,
+    BaseBackend,
     BackendOptions,
     Completion,
     GenerateRequest,
@@ -29,7 +29,7 @@ from harness.errors import ConfigError
 from harness.registry import lookup, names
 
 __all__ = [
-    "Backend",
+    "BaseBackend",
     "BackendOptions",
     "Completion",
     "GenerateRequest",
@@ -75,7 +75,7 @@ def parse_spec(spec: str) -> tuple[str, str]:
     raise ConfigError(f"unknown model alias {spec!r}; valid aliases: {aliases}; or a spec: {kinds}")
 
 
-def load_backend(spec: str, options: BackendOptions | None = None) -> Backend:
+def load_backend(spec: str, options: BackendOptions | None = None) -> BaseBackend:
     """Build the backend a spec names (without the call cache; see `harness.cache.CachedBackend`)."""
     kind, name = parse_spec(spec)
     factory = lookup("backend", kind)

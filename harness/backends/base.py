@@ -1,18 +1,19 @@
-"""The backend protocol: batch in, batch out, async at the boundary.
+"""The backend contract: batch in, batch out, async at the boundary.
 
-Every model the harness talks to (an OpenAI-compatible server, a transformers model, a vLLM engine) implements
-`Backend`. Requests and results are frozen records. A backend never raises for a single bad request: it returns a
+Every model the harness talks to (an OpenAI-compatible server, a transformers model, a vLLM engine) is a
+`BaseBackend`. Requests and results are frozen records. A backend never raises for a single bad request: it returns a
 result whose `error` says what went wrong (`harness.errors.Failure`), so one failure cannot lose a batch. It raises
 `HarnessError` only for problems that stop everything (model missing, server unreachable at start-up).
 """
 
 from __future__ import annotations
 
+import abc
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from harness.errors import ConfigError, Failure, FailureCategory
 
@@ -395,18 +396,21 @@ class ScoreResult:
         return self.tokens is not None and self.kept is not None and self.kept < self.tokens
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """What every model backend implements.
+class BaseBackend(abc.ABC):
+    """What every model backend implements, with the defaults it shares stated once. A backend (or a test stub)
+    subclasses this and implements `generate`, then whatever else its model can do. What it inherits says what it
+    cannot: no token logprobs, no loglikelihoods (each request an `unsupported` failure), no reward-model scoring
+    (refused before any call), nothing to probe, check or close, and its identity is its kind and model. Models that
+    run in this process subclass `harness.backends.local.LocalBackend`, which adds loading and releasing.
 
     Call sites use exactly these members: `kind`, `model`, `identity()`, `generate(...)`,
     `next_token_logprobs(...)`, `loglikelihood(...)`, `score(...)`, `check_score(...)`, `capabilities()`,
-    `preflight()`, `probe()` and `close()`. Implementations subclass `BaseBackend`, which states the defaults.
+    `preflight()`, `probe()` and `close()`.
     """
 
-    kind: str
+    kind: str = "base"
     """Registry name of the implementation (`openai`, `hf`, `vllm`)."""
-    model: str
+    model: str = ""
     """The model as the user named it (id or path)."""
 
     def identity(self) -> dict[str, str]:
@@ -414,113 +418,68 @@ class Backend(Protocol):
 
         Enters the call-cache key; never contains secrets, timeouts or concurrency.
         """
-        ...
+        return {"kind": self.kind, "model": self.model}
 
+    @abc.abstractmethod
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         """Complete every request; the result list is aligned with `requests`."""
-        ...
 
     async def next_token_logprobs(
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
     ) -> list[LogprobResult]:
         """Log-probabilities of each candidate's first token at the next position, aligned with `requests`."""
-        ...
-
-    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
-        """A reward model's scalar for the last turn of each conversation, aligned with `requests`."""
-        ...
+        failure = Failure(FailureCategory.UNSUPPORTED, f"{self.kind}:{self.model} returns no token logprobs")
+        return [LogprobResult({}, error=failure) for _ in requests]
 
     async def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
         """Log-probability of each continuation after its context, aligned with `requests` (a backend that
         cannot compute it answers every request with an `unsupported` failure)."""
-        ...
+        failure = Failure(FailureCategory.UNSUPPORTED, f"{self.kind}:{self.model} computes no loglikelihoods")
+        return [LoglikelihoodResult(None, error=failure) for _ in requests]
+
+    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        """A reward model's scalar for the last turn of each conversation, aligned with `requests`; refused here
+        (see `check_score`).
+
+        Raises:
+            ConfigError: always, where the backend scores with no reward model.
+        """
+        self.check_score(requests[0].head if requests else "classifier")
+        return []
 
     def check_score(self, head: ScoreHead) -> None:
         """Refuse, before anything loads, a model that cannot `score` with `head` (an unfit checkpoint, a backend
         without reward scoring); what cannot be known without loading is checked on the first `score` call.
 
         Raises:
-            ConfigError: saying why.
+            ConfigError: saying why (here: this backend scores with no reward model).
         """
-        ...
+        raise ConfigError(f"{self.kind}:{self.model} cannot score with a reward model (head={head})")
 
     def capabilities(self) -> dict[str, str]:
         """What this backend was found to lack so far, each with how requests cope (`{"n > 1": "unsupported
         (...): one request per sample"}`); empty when it lacks nothing. Servers are probed on first use, so
         this grows during a run; the run's manifest records it."""
-        ...
+        return {}
 
     def preflight(self) -> None:
         """Check, before the first call, what this machine or environment must provide (vLLM installed, a key
-        variable the user named set); building a backend checks none of it, so a plan needs neither.
+        variable the user named set); building a backend checks none of it, so a plan needs neither. Here:
+        nothing.
 
         Raises:
             HarnessError: saying what is missing.
         """
-        ...
 
     async def probe(self) -> None:
-        """Fail fast, before a run starts, when the backend cannot work at all.
+        """Fail fast, before a run starts, when the backend cannot work at all. Here: nothing to probe.
 
         Raises:
             BackendUnavailableError: e.g. the server is unreachable or refuses the API key.
         """
-        ...
 
     async def close(self) -> None:
-        """Release connections, engines and memory."""
-        ...
-
-
-class BaseBackend:
-    """The defaults every backend shares, each stated once: a backend (or a test stub) subclasses this and
-    implements `generate`, then whatever else its model can do. What it inherits says what it cannot: no token
-    logprobs, no loglikelihoods (each request an `unsupported` failure), no reward-model scoring (refused before
-    any call), nothing to probe, check or close, and its identity is its kind and model."""
-
-    kind: str = "base"
-    model: str = ""
-
-    def identity(self) -> dict[str, str]:
-        return {"kind": self.kind, "model": self.model}
-
-    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
-        raise NotImplementedError(f"{type(self).__name__} generates nothing")
-
-    async def next_token_logprobs(
-        self, requests: Sequence[LogprobRequest], candidates: Sequence[str]
-    ) -> list[LogprobResult]:
-        failure = Failure(FailureCategory.UNSUPPORTED, f"{self.kind}:{self.model} returns no token logprobs")
-        return [LogprobResult({}, error=failure) for _ in requests]
-
-    async def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[LoglikelihoodResult]:
-        failure = Failure(FailureCategory.UNSUPPORTED, f"{self.kind}:{self.model} computes no loglikelihoods")
-        return [LoglikelihoodResult(None, error=failure) for _ in requests]
-
-    async def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
-        """Refused (see `check_score`).
-
-        Raises:
-            ConfigError: always.
-        """
-        self.check_score(requests[0].head if requests else "classifier")
-        return []
-
-    def check_score(self, head: ScoreHead) -> None:
-        """Raises ConfigError: this backend scores with no reward model."""
-        raise ConfigError(f"{self.kind}:{self.model} cannot score with a reward model (head={head})")
-
-    def capabilities(self) -> dict[str, str]:
-        return {}
-
-    def preflight(self) -> None:
-        """Nothing to check before the first call."""
-
-    async def probe(self) -> None:
-        """Nothing to probe."""
-
-    async def close(self) -> None:
-        """Nothing to release."""
+        """Release connections, engines and memory. Here: nothing to release."""
 
 
 def _setting(default: Any, help: str, *, flag: str | None = None, minimum: float | None = None) -> Any:

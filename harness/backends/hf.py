@@ -65,7 +65,6 @@ from typing import Any, TypeVar
 
 from harness.backends.base import (
     BackendOptions,
-    BaseBackend,
     Completion,
     Constraint,
     GenerateRequest,
@@ -85,7 +84,7 @@ from harness.backends.hf_rows import Output, Row, RowConstraint, RowMinTokens, R
 from harness.backends.local import (
     PLAIN_STOPS,
     Cancelled,
-    InFlight,
+    LocalBackend,
     answer_span,
     backend_failure,
     candidate_token_ids,
@@ -119,10 +118,10 @@ T = TypeVar("T")
 """Extra stop strings used with the plain-text rendering (tokenizers without a chat template)."""
 
 
-class HFBackend(BaseBackend):
+class HFBackend(LocalBackend):
     """A transformers model in this process: CPU or GPU, batched; hub ids, local folders, .gguf files.
 
-    Implements the `Backend` protocol as the module docstring describes.
+    A `LocalBackend`, as the module docstring describes.
 
     Constructing the backend locates and identifies the model (so a missing model fails before a run starts) but
     loads nothing: the tokenizer and weights load on the first request (or `load()` / `probe()`), so a run the
@@ -158,17 +157,12 @@ class HFBackend(BaseBackend):
         """The stop of the work holding the model (`_locked`), checked before every decoder layer."""
         self._lacks: dict[str, str] = {}
         self._config: dict[str, Any] = {}
-        self._closed = False
+        self._local_state()
         self.max_memory: dict[int, int] | None = None
         """The plan's `max_memory` (GPU -> bytes) for `device=auto` over several GPUs, set by the run's scheduler
         (`harness.backends.local.hf_placement`); None: an even split over every visible GPU."""
-        self.loads = 0
-        """How many times weights were loaded (0 until the first request the cache could not answer)."""
-        self.releases = 0
-        """How many times loaded weights were freed (`release`, `close`)."""
         self._candidate_cache: dict[str, list[int]] = {}
         self._token_texts: dict[int, str] = {}
-        self._inflight = InFlight()
         self._merged_generate = CallMerger(
             lambda merged: self._inflight.run(self._locked, self._generate_sync, merged)
         )
@@ -291,31 +285,13 @@ class HFBackend(BaseBackend):
         """Empty, unless structured output proved unavailable for this tokenizer."""
         return dict(self._lacks)
 
-    async def probe(self) -> None:
-        """Load the model (the call cache probes a backend before its first uncached request)."""
-        await asyncio.to_thread(self.load)
-
-    async def close(self) -> None:
-        """Stop the work in flight (`cancel`), then free the model (and the CUDA cache); later requests fail."""
-        self.cancel()
-        await asyncio.to_thread(self._free, closing=True)
-
-    def cancel(self) -> None:
-        """Stop the work in flight, from any thread: a generation returns after its current decode step, forward
-        passes stop before their next batch, and the calls waiting for them raise `Cancelled`."""
-        self._inflight.cancel()
-
-    async def release(self) -> None:
-        """Free the model's memory now; the next request the call cache cannot answer loads it again (a run's
-        scheduler releases a model no unit of the next phase needs)."""
-        await asyncio.to_thread(self._free, closing=False)
-
     @property
     def resident(self) -> bool:
         """Whether the weights are in memory."""
         return self._lm is not None
 
     def _free(self, *, closing: bool) -> None:
+        """Drop the weights (and empty the CUDA cache)."""
         with self._lock:
             self._closed = self._closed or closing
             if self._lm is None:

@@ -1,4 +1,4 @@
-"""Reward-model scoring for the `hf` backend (`Backend.score`): batching and the forward pass of each head.
+"""Reward-model scoring for the `hf` backend (`BaseBackend.score`): batching and the forward pass of each head.
 
 - Conversations are rendered and cut by `harness.backends.local.score_ids` (shared with `vllm`), sorted by
   length and run in batches of `options.batch_size`. In float32 what shares a batch moves a score by rounding

@@ -8,18 +8,21 @@
 - Reading an answer: `answer_span` turns a row of generated ids into the answer's text the same way for both, and
   `token_pieces` / `tokens_within` / `top_texts` shape per-token logprobs.
 - Candidates of a logprob request: `candidate_token_ids`.
-- Reward models (`Backend.score`): `check_score_head` refuses a checkpoint that does not fit a head, from its
+- Reward models (`BaseBackend.score`): `check_score_head` refuses a checkpoint that does not fit a head, from its
   config.json; `score_ids` renders and cuts a conversation (`encode_scored`, `truncate_left`); `score_result`
   turns a logit into a result.
 - Devices and dtypes: `pick_device`, `pick_dtype`, `device_map`, `hf_placement` (`max_memory` from the plan's
   share, `even_max_memory`), `check_placed`.
 - Stopping work nobody waits for: `InFlight` and `Cancelled`.
+- The lifecycle both share (`LocalBackend`): loaded on the first uncached request (`probe`), freed by `release`
+  until the next, stopped and freed for good by `close`.
 
 torch, transformers and huggingface_hub are imported inside functions.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends.base import (
+    BaseBackend,
     LoglikelihoodRequest,
     LogprobRequest,
     Message,
@@ -129,6 +133,58 @@ class InFlight:
         if not stop.is_set():
             self.stopped += 1
             stop.set()
+
+
+class LocalBackend(BaseBackend):
+    """A model that runs in this process (`hf`, `vllm`): its weights take this machine's memory, so the run's
+    scheduler loads, releases and counts it. A subclass sets up `_closed`, `_inflight`, `loads` and `releases`
+    (`_local_state`) and implements `load`, `resident` and `_free`; the lifecycle is here.
+
+    - `probe`: load the model (the call cache probes a backend before its first uncached request);
+    - `release`: free its memory now; the next request the call cache cannot answer loads it again (a run's
+      scheduler releases a model no unit of the next phase needs);
+    - `cancel`: stop the work in flight, from any thread; the calls waiting for it raise `Cancelled`;
+    - `close`: `cancel`, then free the model for good; later requests fail.
+    """
+
+    def _local_state(self) -> None:
+        self._closed = False
+        self._inflight = InFlight()
+        self.loads = 0
+        """How many times the model was loaded (0 until the first request the cache could not answer)."""
+        self.releases = 0
+        """How many times a loaded model was freed (`release`, `close`)."""
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Load the model now (a no-op once loaded).
+
+        Raises:
+            BackendUnavailableError: the backend is closed, or what it needs is missing.
+        """
+
+    @property
+    @abc.abstractmethod
+    def resident(self) -> bool:
+        """Whether the model is in memory now."""
+
+    @abc.abstractmethod
+    def _free(self, *, closing: bool) -> None:
+        """Free the model's memory (counted in `releases`); `closing`: for good."""
+
+    async def probe(self) -> None:
+        if not self.resident or self._closed:
+            await asyncio.to_thread(self.load)
+
+    async def release(self) -> None:
+        await asyncio.to_thread(self._free, closing=False)
+
+    def cancel(self) -> None:
+        self._inflight.cancel()
+
+    async def close(self) -> None:
+        self.cancel()
+        await asyncio.to_thread(self._free, closing=True)
 
 
 def check_stop(stop: threading.Event, what: str) -> None:
@@ -419,7 +475,7 @@ class ModelSource:
     revision: str | None
     """The hub commit to load (resolved from the requested revision; None for local folders)."""
     identity: dict[str, str]
-    """The model's identity (`Backend.identity`): kind, model, and the weights' fingerprint or hub commit."""
+    """The model's identity (`BaseBackend.identity`): kind, model, and the weights' fingerprint or hub commit."""
     hub: bool
 
 

@@ -59,7 +59,7 @@ ELSEWHERE = frozenset({FailureCategory.CONNECTION, FailureCategory.TIMEOUT, Fail
 
 
 class ReplicaBackend(BaseBackend):
-    """Several `openai` backends of one model, one per server, behind the `Backend` protocol.
+    """Several `openai` backends of one model, one per server, behind one `BaseBackend`.
 
     Args:
         model: The model name the servers know.

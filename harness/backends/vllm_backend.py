@@ -63,7 +63,6 @@ from typing import Any
 
 from harness.backends.base import (
     BackendOptions,
-    BaseBackend,
     Completion,
     Constraint,
     GenerateRequest,
@@ -82,7 +81,7 @@ from harness.backends.gate import load_gate
 from harness.backends.grammar import lark_grammar
 from harness.backends.local import (
     Cancelled,
-    InFlight,
+    LocalBackend,
     backend_failure,
     check_dtype,
     check_score_head,
@@ -173,10 +172,10 @@ def llm_kwargs(source: Any, options: BackendOptions, *, engine_fields: set[str],
     return kwargs
 
 
-class VLLMBackend(BaseBackend):
+class VLLMBackend(LocalBackend):
     """vLLM's offline engine in this process: prefix caching, merged batches, tensor/data parallelism.
 
-    Implements the `Backend` protocol as the module docstring describes.
+    A `LocalBackend`, as the module docstring describes.
 
     Args:
         name: Hub id (optionally `@revision`), local checkpoint folder, or `.gguf` file.
@@ -215,20 +214,15 @@ class VLLMBackend(BaseBackend):
         }
         self.max_logprobs = engine_max_logprobs(self.options)
         self._llm: Any = None
-        self._closed = False
+        self._local_state()
         self._lock = threading.Lock()
         self._token_texts: dict[int, str] = {}
-        self._inflight = InFlight()
         self._merged_generate = CallMerger(self._generate_now)
         self._merged_logprobs = CallMerger(self._logprobs_now)
         self._merged_score = CallMerger(self._score_now)
         self._pooling = False
         """Whether the engine runs vLLM's pooling runner (a sequence classifier: it scores, it cannot generate)."""
         self._config: dict[str, Any] = {}
-        self.loads = 0
-        """How many times the engine was started (0 until the first request the cache could not answer)."""
-        self.releases = 0
-        """How many times a running engine was shut down (`release`, `close`)."""
         self.engine_calls: list[int] = []
         """The number of prompts of each `LLM.generate` call, in order (merged calls make few, large ones)."""
 
@@ -318,34 +312,15 @@ class VLLMBackend(BaseBackend):
         """Empty: the engine samples n, prefills, decodes under constraints and returns logprobs itself."""
         return {}
 
-    async def probe(self) -> None:
-        """Start the engine (the call cache probes a backend before its first uncached request)."""
-        if self._llm is None or self._closed:
-            await asyncio.to_thread(self.load)
-
-    async def close(self) -> None:
-        """Abort the requests in flight (`cancel`), then shut the engine down (its worker processes exit and free
-        their memory); later requests fail. Once the process is stopping (`harness.errors.stop_requested`: Ctrl-C
-        or SIGTERM), the engine's processes are killed at once, ending the engine step in flight (`_kill`)."""
-        self.cancel()
-        await asyncio.to_thread(self._drop, closing=True)
-
-    def cancel(self) -> None:
-        """Abort the requests in flight after the current engine step, from any thread; the calls waiting for them
-        raise `Cancelled`."""
-        self._inflight.cancel()
-
-    async def release(self) -> None:
-        """Shut the engine down now; the next request the call cache cannot answer starts it again (a run's
-        scheduler releases an engine no unit of the next phase needs)."""
-        await asyncio.to_thread(self._drop, closing=False)
-
     @property
     def resident(self) -> bool:
         """Whether the engine is running."""
         return self._llm is not None
 
-    def _drop(self, *, closing: bool) -> None:
+    def _free(self, *, closing: bool) -> None:
+        """Shut the engine down: its worker processes exit and free their memory. Once the process is stopping
+        (`harness.errors.stop_requested`: Ctrl-C or SIGTERM), the engine's processes are killed at once, ending
+        the engine step in flight (`_kill`)."""
         stopping = stop_requested()
         if stopping:
             self._kill()  # before the lock: the engine step in flight holds it

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from harness.backends.base import (
-    Backend,
+    BaseBackend,
     BackendOptions,
     Completion,
     GenerateRequest,
@@ -42,7 +42,7 @@ MODES = (("per_item", False), ("per_item", True), ("batched", False), ("batched"
 class _Counting:
     """Wraps a backend and counts calls (HTTP requests where the backend counts them) and tokens."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: BaseBackend) -> None:
         self.backend = backend
         self.kind, self.model = backend.kind, backend.model
         self.reset()
@@ -149,7 +149,7 @@ async def run_bench_verify(
     """Run the three modes with the model `spec` and measure each; then, with `throughput` (the keyword
     arguments of `measure_throughput`), the generation throughput of the same backend and, for a `vllm:` model,
     of `hf:` on the same checkpoint. Returns the modes, the throughputs and what the backend lacked
-    (`Backend.capabilities`)."""
+    (`BaseBackend.capabilities`)."""
     from harness.backends import load_backend
     from judges.verify import verify
 
@@ -190,7 +190,7 @@ async def run_bench_verify(
     return results, speeds, lacking
 
 
-async def _warm_up(backend: Backend) -> None:
+async def _warm_up(backend: BaseBackend) -> None:
     """One request of each kind the modes send, so the model is warm and a server's capability probes (prefill,
     structured output, min_tokens, logprobs) are done before anything is timed."""
     from judges.verify import SHEET_PREFILL, VERDICT_CHOICE, YES_NO, sheet_constraint, sheet_params
@@ -260,7 +260,7 @@ THROUGHPUT_TOPICS = ("the sea", "a library", "winter", "a train journey")
 
 
 async def measure_throughput(
-    backend: Backend, spec: str, *, prompts: int = 8, max_tokens: int = 64
+    backend: BaseBackend, spec: str, *, prompts: int = 8, max_tokens: int = 64
 ) -> Throughput:
     """One `generate` call of `prompts` distinct greedy prompts, each held to exactly `max_tokens` new tokens
     (`min_tokens` where the backend honours it), after a warm-up request; the call cache is not involved."""

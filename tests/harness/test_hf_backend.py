@@ -24,7 +24,7 @@ from tiny_models import build_tiny_lm, build_tiny_rm  # noqa: E402
 
 from harness.backends import load_backend  # noqa: E402
 from harness.backends.base import (  # noqa: E402
-    Backend,
+    BaseBackend,
     BackendOptions,
     GenerateRequest,
     LogprobRequest,
@@ -84,7 +84,7 @@ def test_importing_the_module_does_not_import_torch() -> None:
 
 def test_load_backend_via_spec_implements_protocol(tiny_dir: Path) -> None:
     b = load_backend(f"hf:{tiny_dir}", BackendOptions(dtype="float32"))
-    assert isinstance(b, Backend)
+    assert isinstance(b, BaseBackend)
     assert b.kind == "hf" and b.model == str(tiny_dir)
     assert b.chat_template
 

@@ -339,7 +339,7 @@ def test_closing_after_ctrl_c_kills_the_vllm_engine_instead_of_waiting_for_its_s
     stepping.start()
     assert engine.waiting.wait(HANG_GUARD_S)
     errors.request_stop()  # what the first Ctrl-C does
-    closing = threading.Thread(target=backend._drop, kwargs={"closing": True}, daemon=True)
+    closing = threading.Thread(target=backend._free, kwargs={"closing": True}, daemon=True)
     closing.start()
     closing.join(HANG_GUARD_S)
     stepping.join(HANG_GUARD_S)
