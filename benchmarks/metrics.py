@@ -1,24 +1,26 @@
-"""Evaluator metrics: strict pairwise and top-1 accuracy, nDCG, upstream rules, bootstrap CIs.
+"""Evaluator metric arithmetic: one list's top-1 and nDCG, upstream rules, bootstrap CIs, AVG@k.
 
+The metrics a benchmark reports are declared in `benchmarks.scoring` (`Metric`, `PAIRWISE`, `LISTWISE`) and
+computed over a run's `EvalRecord`s there; this module holds the arithmetic they and the reports share.
 Conventions (every evaluator number the project reports follows these):
 
-- Values are fractions in [0, 1]; reports scale them to percent.
+- Values are fractions in [0, 1]; a `MetricResult` carries how its metric prints (`scale`, `digits`).
 - **Pairwise strict accuracy**: an item is correct iff score(preferred) > score(other). A tie is wrong;
   `tie_rate` is the share of tied items.
-- **Listwise strict top-1 accuracy**: correct iff exactly one response has the highest predicted score and it
-  is gold-best (it has the list's lowest gold rank, normally 1). With several gold rank-1 responses the unique
-  predicted top may be any of them. A tied top is wrong; `top_tie_rate` is the share of lists with one. A
+- **Listwise strict top-1 accuracy** (`top1_correct`): correct iff exactly one response has the highest predicted
+  score and it is gold-best (it has the list's lowest gold rank, normally 1). With several gold rank-1 responses
+  the unique predicted top may be any of them. A tied top is wrong; `tie_rate` is the share of lists with one. A
   one-response list is correct.
-- **nDCG** over the full list (no cutoff): relevance `rel = K - rank` (gold rank 1 -> K-1, ..., rank K -> 0),
-  linear gain, discount `1 / log2(position + 1)` with position 1 at the top, divided by the DCG of the gold
-  order; the mean over lists. Tied predicted scores are treated as by scikit-learn's
+- **nDCG** (`list_ndcg`) over the full list (no cutoff): relevance `rel = K - rank` (gold rank 1 -> K-1, ...,
+  rank K -> 0), linear gain, discount `1 / log2(position + 1)` with position 1 at the top, divided by the DCG of
+  the gold order; the mean over lists. Tied predicted scores are treated as by scikit-learn's
   `ndcg_score(ignore_ties=False)`: a tied group contributes its mean relevance times the sum of its positions'
   discounts, the expected DCG over all orders of the tie (McSherry & Najork, ECIR 2008). A list whose
   relevances are all 0 scores 0, as in scikit-learn. A one-response list scores 1.0 (scikit-learn refuses it;
   one response is trivially in gold order, and top-1 counts it correct too).
-- **Failures are counted next to the metric, never dropped.** The plain metric functions take numbers only and
-  raise `ValueError` on None, NaN or empty input. The `*_result` functions take None (or NaN) for an unscored
-  item, count it in `n_failed` and score it wrong (accuracy 0, nDCG 0): every value is over all `n` items.
+- **Failures are counted next to the metric, never dropped.** The functions here take numbers only and raise
+  `ValueError` on None, NaN or empty input; `benchmarks.scoring` scores an unscored record as wrong (accuracy
+  0, nDCG 0) and counts it in `n_failed`, so every value is over all `n` items.
 - **CI**: percentile bootstrap of the mean over items (numpy only, a local generator seeded by `seed`).
 - **AVG@k**: mean, population standard deviation (ddof=0), min and max of the per-repeat values.
 - **JudgeBench** (both orders): each order's decision is +1 (picked the gold-preferred response), -1 (picked
@@ -45,55 +47,13 @@ def _floats(values: Sequence[float], what: str) -> np.ndarray:
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{what}: need a non-empty sequence of numbers")
     if np.isnan(arr).any():
+        # This text reaches results.json (a metric's `unavailable` reason), so it is kept as runs have it.
         raise ValueError(f"{what}: None/NaN scores; count failures with the *_result functions instead")
     return arr
 
 
 def _unscored(x: float | None) -> bool:
     return x is None or bool(np.isnan(x))
-
-
-def _pair(preferred: Sequence[float], other: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-    p, o = _floats(preferred, "preferred_scores"), _floats(other, "other_scores")
-    if p.shape != o.shape:
-        raise ValueError(f"preferred_scores has {p.size} items, other_scores {o.size}")
-    return p, o
-
-
-def strict_pairwise_accuracy(preferred_scores: Sequence[float], other_scores: Sequence[float]) -> float:
-    """Share of pairs with score(preferred) > score(other); a tie is wrong.
-
-    Raises:
-        ValueError: on empty input, unequal lengths, or a None/NaN score.
-    """
-    p, o = _pair(preferred_scores, other_scores)
-    return float(np.mean(p > o))
-
-
-def tie_rate(preferred: Sequence[float], other: Sequence[float]) -> float:
-    """Share of pairs whose two scores are equal."""
-    p, o = _pair(preferred, other)
-    return float(np.mean(p == o))
-
-
-def _check_lengths(scores: Sequence[Any], gold_ranks: Sequence[Any]) -> None:
-    if len(scores) != len(gold_ranks) or len(scores) == 0:
-        raise ValueError(
-            f"need equally many score and gold rank lists, >= 1 ({len(scores)}, {len(gold_ranks)})"
-        )
-
-
-def _lists(scores: Sequence[Sequence[float]], gold_ranks: Sequence[Sequence[int]]) -> list[tuple[Any, Any]]:
-    _check_lengths(scores, gold_ranks)
-    out = []
-    for i, (s, g) in enumerate(zip(scores, gold_ranks)):
-        s_arr, g_arr = _floats(s, f"scores[{i}]"), np.asarray(g, dtype=float)
-        if g_arr.shape != s_arr.shape:
-            raise ValueError(f"list {i}: {s_arr.size} scores but {g_arr.size} gold ranks")
-        if ((g_arr < 1) | (g_arr > g_arr.size) | (g_arr != np.round(g_arr))).any():
-            raise ValueError(f"list {i}: gold ranks must be integers in 1..{g_arr.size}, got {list(g)}")
-        out.append((s_arr, g_arr))
-    return out
 
 
 def top1_correct(s: np.ndarray, g: np.ndarray) -> bool:
@@ -117,24 +77,6 @@ def list_ndcg(s: np.ndarray, g: np.ndarray) -> float:
     mean_rel = np.bincount(group.ravel(), weights=rel) / counts
     group_discount = np.diff(np.cumsum(discount)[np.cumsum(counts) - 1], prepend=0.0)
     return float(mean_rel @ group_discount) / ideal
-
-
-def strict_top1_accuracy(scores: Sequence[Sequence[float]], gold_ranks: Sequence[Sequence[int]]) -> float:
-    """Share of lists whose unique highest-scored response is gold-best (a tied top is wrong)."""
-    return float(np.mean([top1_correct(s, g) for s, g in _lists(scores, gold_ranks)]))
-
-
-def top_tie_rate(scores: Sequence[Sequence[float]]) -> float:
-    """Share of lists whose highest predicted score is shared by two or more responses."""
-    arrs = [_floats(s, f"scores[{i}]") for i, s in enumerate(scores)]
-    if not arrs:
-        raise ValueError("top_tie_rate: no lists")
-    return float(np.mean([np.count_nonzero(a == a.max()) > 1 for a in arrs]))
-
-
-def ndcg(scores: Sequence[Sequence[float]], gold_ranks: Sequence[Sequence[int]]) -> float:
-    """Mean tie-averaged nDCG over lists (conventions in the module docstring)."""
-    return float(np.mean([list_ndcg(s, g) for s, g in _lists(scores, gold_ranks)]))
 
 
 def _weights(weights: Sequence[float] | None, size: int) -> np.ndarray | None:
@@ -274,7 +216,7 @@ class MetricResult:
     """One metric value with the counts and interval every reported number carries."""
 
     name: str
-    """Metric name (`pairwise_acc`, `top1_acc`, `ndcg`, `judgebench_acc`, ...)."""
+    """Metric name (`acc`, `ndcg`, `gap`, `judgebench_acc`, ...)."""
     value: float
     """The metric over all `n` items, failures included as wrong."""
     n: int
@@ -287,6 +229,10 @@ class MetricResult:
     """Lower end of the bootstrap interval of `value`."""
     ci_high: float
     """Upper end of the bootstrap interval of `value`."""
+    scale: float
+    """How the value prints: printed value = value x scale (the metric's `benchmarks.scoring.Metric.scale`)."""
+    digits: int
+    """Decimals printed (the metric's `Metric.digits`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -298,90 +244,17 @@ def metric_result(
     *,
     n_failed: int,
     ties: int,
+    scale: float,
+    digits: int,
     weights: Sequence[float] | None = None,
     **ci: Any,
 ) -> MetricResult:
-    """A `MetricResult` from per-item values (failures already scored as wrong), with its bootstrap interval."""
+    """A `MetricResult` from per-item values (failures already scored as wrong), with its bootstrap interval;
+    `scale` and `digits`: how the metric prints."""
     lo, hi = bootstrap_ci(per_item, weights=weights, **ci)
     n = len(per_item)
-    return MetricResult(name, weighted_mean(per_item, weights), n, int(n_failed), float(ties) / n, lo, hi)
-
-
-def _result(name: str, per_item: np.ndarray, n_failed: int, ties: int, **ci: Any) -> MetricResult:
-    return metric_result(name, per_item, n_failed=n_failed, ties=ties, **ci)
-
-
-def split_failed(
-    pairs: Sequence[tuple[float | None, float | None]],
-) -> tuple[list[float], list[float], int]:
-    """The fully scored pairs as aligned (preferred, other) lists, and how many pairs had an unscored side."""
-    ok = [(p, o) for p, o in pairs if not (_unscored(p) or _unscored(o))]
-    return [p for p, _ in ok], [o for _, o in ok], len(pairs) - len(ok)  # type: ignore[misc]
-
-
-def pairwise_result(
-    pairs: Sequence[tuple[float | None, float | None]],
-    *,
-    name: str = "pairwise_acc",
-    n_resamples: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> MetricResult:
-    """Strict pairwise accuracy over (preferred_score, other_score) pairs, None for an unscored side.
-
-    Failures are not dropped: a pair with a None/NaN score counts in `n_failed` and as wrong, so the accuracy
-    is over all `n` pairs and `n_failed` says how many were unscorable. `tie_rate` is tied pairs over all `n`.
-    """
-    if not pairs:
-        raise ValueError("pairwise_result: no pairs")
-    correct, tied = np.zeros(len(pairs)), 0
-    for i, (p, o) in enumerate(pairs):
-        if not (_unscored(p) or _unscored(o)):
-            correct[i] = p > o  # type: ignore[operator]
-            tied += p == o
-    n_failed = split_failed(pairs)[2]
-    return _result(name, correct, n_failed, tied, n_resamples=n_resamples, alpha=alpha, seed=seed)
-
-
-@dataclass(frozen=True, slots=True)
-class ListwiseResult:
-    """Strict top-1 accuracy and nDCG of one listwise run."""
-
-    acc: MetricResult
-    """Strict top-1 accuracy; `tie_rate` is the top-tie rate."""
-    ndcg: MetricResult
-    """Mean tie-averaged nDCG; `tie_rate` is the top-tie rate."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"acc": self.acc.to_json(), "ndcg": self.ndcg.to_json()}
-
-
-def listwise_result(
-    scores: Sequence[Sequence[float | None] | None],
-    gold_ranks: Sequence[Sequence[int]],
-    *,
-    n_resamples: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> ListwiseResult:
-    """Top-1 accuracy and nDCG over lists; a list that is None or holds any None/NaN score is unscorable.
-
-    Failures are not dropped: an unscorable list counts in `n_failed`, as wrong for accuracy and as 0 for
-    nDCG, so both values are over all `n` lists.
-    """
-    _check_lengths(scores, gold_ranks)
-    failed = [s is None or any(_unscored(x) for x in s) for s in scores]
-    ok = [i for i, f in enumerate(failed) if not f]
-    acc, gain, ties = np.zeros(len(scores)), np.zeros(len(scores)), 0
-    if ok:
-        scored = _lists([scores[i] for i in ok], [gold_ranks[i] for i in ok])  # type: ignore[misc]
-        for i, (s, g) in zip(ok, scored):
-            acc[i], gain[i] = top1_correct(s, g), list_ndcg(s, g)
-            ties += np.count_nonzero(s == s.max()) > 1
-    ci = {"n_resamples": n_resamples, "alpha": alpha, "seed": seed}
-    return ListwiseResult(
-        _result("top1_acc", acc, sum(failed), ties, **ci), _result("ndcg", gain, sum(failed), ties, **ci)
-    )
+    return MetricResult(name, weighted_mean(per_item, weights), n, int(n_failed), float(ties) / n, lo, hi, scale,
+                        digits)
 
 
 def both_orders_sum(decisions: Iterable[int | None]) -> int:
@@ -431,7 +304,8 @@ def judgebench_result(
     correct = np.array([judgebench_pair_correct(d) for d in pair_decisions], dtype=float)
     ties = sum(both_orders_sum(d) == 0 for d in pair_decisions)
     n_failed = sum(any(x is None for x in d) for d in pair_decisions)
-    return _result("judgebench_acc", correct, n_failed, ties, n_resamples=n_resamples, alpha=alpha, seed=seed)
+    return metric_result("judgebench_acc", correct, n_failed=n_failed, ties=ties, scale=100.0, digits=1,
+                         n_resamples=n_resamples, alpha=alpha, seed=seed)
 
 
 def rm_bench_matrix(records: Iterable[tuple[int, int, bool | None]]) -> dict[str, Any]:

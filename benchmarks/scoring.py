@@ -27,7 +27,7 @@ Adding a benchmark with a metric of its own: define the `Metric` in its module a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -109,8 +109,9 @@ class Metric:
         return self.evaluate(records, **ci)[0]
 
     def evaluate(self, records: Sequence[EvalRecord], **ci: Any) -> tuple[metrics.MetricResult, dict[str, Any]]:
-        """The metric over one repeat's records (those it `applies` to): value, n, n_failed, tie rate and
-        bootstrap interval; with `aggregate`, upstream's value (and interval, where it has one) and its details.
+        """The metric over one repeat's records (those it `applies` to): value, n, n_failed, tie rate, bootstrap
+        interval and how it prints (`scale`, `digits`); with `aggregate`, upstream's value (and interval, where it
+        has one) and its details.
 
         Raises:
             ValueError: for no records, or no record with a positive weight (every judgment failed).
@@ -127,6 +128,8 @@ class Metric:
             self.values(records),
             n_failed=sum(self.failed(r) for r in records),
             ties=sum(self.tied(r) for r in records),
+            scale=self.scale,
+            digits=self.digits,
             weights=weights,
             **ci,
         )
@@ -134,8 +137,7 @@ class Metric:
             return found, {}
         upstream = self.aggregate(records)
         lo, hi = upstream.ci if upstream.ci is not None else (found.ci_low, found.ci_high)
-        value = metrics.MetricResult(found.name, upstream.value, found.n, found.n_failed, found.tie_rate, lo, hi)
-        return value, dict(upstream.details)
+        return replace(found, value=upstream.value, ci_low=lo, ci_high=hi), dict(upstream.details)
 
     def format(self, value: float | None) -> str:
         """A value (unscaled) as a table prints it; None is a dash."""

@@ -34,7 +34,7 @@ one with no item scored on both sides is *unscored*; neither passes the gate. A 
 fit (AlpacaEval's length-controlled win rate) is gated through its per-item stand-in (the win rate) and not
 compared itself. A run still being written is refused, naming the process that writes it.
 
-A figure of panels (fig2: a folder with `panels.json`, `reports.fig2`) is compared panel by panel: every panel's
+A figure of panels (fig2: a folder with `panels.json`, `reports.panels`) is compared panel by panel: every panel's
 cells, and its differences named by panel, in one comparison.
 
 Config (`--config FILE`, YAML): `margin` (points), `margins` (per `BENCHMARK` or `BENCHMARK.METRIC`, each a
@@ -60,6 +60,7 @@ from harness.errors import ConfigError
 from harness.lock import OutputLock
 from harness.records import EvalRecord
 from harness.runstore import Manifest, OutputPaths, RecordLog, write_json_atomic, write_text_atomic
+from reports.panels import panels_of
 from reports.results import benchmark, item_values
 
 Verdict = Literal["regression", "improvement", "no significant change", "incomplete", "unscored"]
@@ -398,8 +399,6 @@ def compare_runs(base_dir: Path, cand_dir: Path, cfg: CompareConfig | None = Non
         ConfigError: a path that holds no run.
     """
     cfg = cfg or CompareConfig()
-    from reports.fig2 import panels_of
-
     b_panels, c_panels = panels_of(base_dir), panels_of(cand_dir)
     if b_panels is not None or c_panels is not None:
         return _compare_panels(Path(base_dir), Path(cand_dir), b_panels, c_panels, cfg)
@@ -440,7 +439,7 @@ def incomparable(base: Run, cand: Run) -> list[str]:
 
 def _compare_panels(base_dir: Path, cand_dir: Path, b_panels: dict[str, Any] | None,
                     c_panels: dict[str, Any] | None, cfg: CompareConfig) -> Comparison:
-    """Two figures of panels (`reports.fig2`), compared panel by panel: every panel's cells and differences (named
+    """Two figures of panels (`reports.panels`), compared panel by panel: every panel's cells and differences (named
     by panel) in one comparison."""
     result = Comparison(str(base_dir), str(cand_dir), cfg.model_dump())
     if b_panels is None or c_panels is None or b_panels != c_panels:
@@ -566,7 +565,6 @@ def verdict_lines(result: Comparison, base_run: Path, cand_run: Path, out: Path)
         shown = "; ".join(ungated[:5]) + (" ..." if len(ungated) > 5 else "")
         lines.append((f"not gated: {len(ungated)} cell(s): {shown}; finish the runs (rerun their commands) and "
                       "compare again", True))
-    from reports.fig2 import panels_of
 
     figure = panels_of(base_run)
     pairs = ([(Path(base_run) / p, Path(cand_run) / p, out / f"compare-{p}.html") for p in figure["panels"]]

@@ -14,6 +14,7 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.runstore import OutputPaths
 from reports.compare import read_run
+from reports.panels import panel_of_row, panels_of
 from reports.results import benchmark, compute_results
 
 
@@ -50,7 +51,6 @@ def explain_cell(run_dir: Path, row: str, bench: str) -> str:
         ConfigError: a folder that holds no run, or a row or benchmark the run does not have (listing those it has).
     """
     from judges import held_fixed
-    from reports.fig2 import panel_of_row, panels_of
 
     if panels_of(Path(run_dir)) is not None:  # a figure of panels: the panel that has the row
         run_dir = panel_of_row(Path(run_dir), row)

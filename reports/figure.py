@@ -41,7 +41,7 @@ def draw_panel(ax: Any, spec: TableSpec, results: Mapping[str, Any], *, title: s
             cell = _cell(results, row.label, col)
             if not cell:
                 continue
-            scale = col.declared().scale
+            scale = cell["scale"]
             value = cell["value"] * scale
             xs.append(c + (r - (len(rows) - 1) / 2) * width)
             heights.append(value)

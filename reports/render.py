@@ -37,16 +37,27 @@ GAP_NOTE = (
 )
 
 
-def cell_value(results: Mapping[str, Any], label: str, col: Column) -> float | None:
-    """The cell's value as printed (scaled by the metric's declared scale), None when there is none."""
+def metric_cell(results: Mapping[str, Any], label: str, col: Column) -> dict[str, Any] | None:
+    """The row's result of the column's metric (`reports.results`), None when there is none."""
     cell = results.get(label, {}).get("benchmarks", {}).get(col.benchmark)
-    if not cell or col.metric not in cell:
-        return None
-    return cell[col.metric]["value"] * col.declared().scale
+    return cell.get(col.metric) if cell else None
 
 
-def format_cell(value: float | None, col: Column) -> str:
-    """A printed-scale value (ours already scaled, or the paper's) with the metric's decimals."""
+def cell_value(results: Mapping[str, Any], label: str, col: Column) -> float | None:
+    """The cell's value as printed (scaled by the scale the result carries), None when there is none."""
+    cell = metric_cell(results, label, col)
+    return None if cell is None else cell["value"] * cell["scale"]
+
+
+def cell_text(results: Mapping[str, Any], label: str, col: Column) -> str:
+    """The cell as printed: its scaled value with the decimals the result carries, a dash for none."""
+    cell = metric_cell(results, label, col)
+    return "-" if cell is None else f"{cell['value'] * cell['scale']:.{cell['digits']}f}"
+
+
+def paper_text(value: float | None, col: Column) -> str:
+    """A paper's value (already at the printed scale) with the decimals the column's metric declares: the
+    paper's numbers are the table's, not results that carry their own."""
     return "-" if value is None else f"{value:.{col.declared().digits}f}"
 
 
@@ -76,9 +87,9 @@ def best_marks(spec: TableSpec, results: Mapping[str, Any]) -> dict[tuple[str, s
 POLICY_CONVENTIONS = (
     "Each policy answers each prompt once per repeat (the judged text without <think> blocks); the table's judge "
     "judges every answer with the benchmark's protocol; a judgment that failed after its re-ask is left out of "
-    "the value and counted as failed, never defaulted. Win rates and scores in percent; WildBench and "
-    "WritingBench x10 as their leaderboards print them."
+    "the value and counted as failed, never defaulted."
 )
+"""A policy table's conventions; its own `TableSpec.scale_note` follows (how its values print)."""
 
 
 VERIFIABLE_CONVENTIONS = (
@@ -89,16 +100,19 @@ VERIFIABLE_CONVENTIONS = (
 
 
 def conventions(spec: TableSpec) -> str:
+    """The paragraph under the table: its kind's conventions, then its own `scale_note` where it has one."""
     if spec.kind != "policy":
-        return CONVENTIONS
-    if spec.setups and all(s.judge is None for s in spec.setups.values()):
-        return VERIFIABLE_CONVENTIONS
-    return POLICY_CONVENTIONS
+        text = CONVENTIONS
+    elif spec.setups and all(s.judge is None for s in spec.setups.values()):
+        text = VERIFIABLE_CONVENTIONS
+    else:
+        text = POLICY_CONVENTIONS
+    return f"{text} {spec.scale_note}" if spec.scale_note else text
 
 
 def paper_cells(spec: TableSpec, paper_label: str | None) -> list[str]:
     row = spec.paper.get(paper_label) if paper_label else None
-    return [format_cell(row.get(c.key) if row else None, c) for c in spec.shown]
+    return [paper_text(row.get(c.key) if row else None, c) for c in spec.shown]
 
 
 AVERAGE_DESCRIPTION = (
@@ -183,7 +197,7 @@ def _cells(spec: TableSpec, results: Mapping[str, Any], *, bold: str, underline:
     for row in spec.rows:
         ours, counts = [], []
         for col in spec.shown:
-            text = format_cell(cell_value(results, row.label, col), col)
+            text = cell_text(results, row.label, col)
             ours.append(_marked(text, marks.get((row.label, col.key), ""), bold=bold, underline=underline))
             cell = results.get(row.label, {}).get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
             counts.append(f"{cell['n'] * cell['repeats']} ({cell['n_failed']} failed), ties {cell['tie_rate']:.0%}"
@@ -285,8 +299,8 @@ def render_csv(spec: TableSpec, results: Mapping[str, Any]) -> str:
         paper = spec.paper.get(row.paper, {}) if row.paper else {}
         for col in spec.shown:
             cell = res.get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
-            scale = col.declared().scale
             if cell:
+                scale = cell["scale"]
                 values = [cell["value"] * scale, cell["std"] * scale, paper.get(col.key), cell["n"],
                           cell["n_failed"], cell["tie_rate"], cell["ci_low"] * scale, cell["ci_high"] * scale,
                           cell["repeats"]]

@@ -2,13 +2,16 @@
 
 A table with an Average (table3) gets it in results.json per row (`average`); with `gap` (`harness run|report
 --gap`, recorded in the run's manifest as config `gap`) an evaluator table also prints Δ_gap beside each
-benchmark's accuracy (results.json holds it either way); a case study (table9) is written by `reports.case_study`; a figure of panels (fig2's folder) re-renders each panel's run, then the figure
-(`reports.fig2`).
+benchmark's accuracy (results.json holds it either way); a case study (table9) is written by `reports.case_study`.
+A figure of panels (fig2's folder, `reports.panels`) re-renders each panel's run, then draws the figure and writes
+the tables of all panels (`write_panel_reports`).
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -16,6 +19,8 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.records import EvalRecord
 from harness.runstore import Manifest, OutputPaths, RecordLog, write_json_atomic, write_text_atomic
+from reports.figure import render_figure, render_panels
+from reports.panels import PANELS_FILE, panels_of
 from reports.render import render_csv, render_latex, render_markdown
 from reports.results import NDCG_TIES, benchmark, compute_results, macro_average
 from reports.tables import Column, Row, TableSpec, get_table
@@ -84,8 +89,6 @@ def write_reports(run_dir: Path, *, gap: bool | None = None) -> dict[str, Any]:
         ConfigError: for a folder that holds no run (or another verb's output), or unreadable records.
     """
     run_dir = Path(run_dir)
-    from reports.fig2 import panels_of, write_panel_reports
-
     if panels_of(run_dir) is not None:
         return write_panel_reports(run_dir, gap=gap)
     paths = OutputPaths.run_dir(run_dir)
@@ -133,7 +136,49 @@ def write_reports(run_dir: Path, *, gap: bool | None = None) -> dict[str, Any]:
     write_text_atomic(run_dir / "table.tex", render_latex(spec, results))
     write_text_atomic(run_dir / "table.csv", render_csv(spec, results))
     if spec.figure:
-        from reports.figure import render_figure
-
         render_figure(spec, results, run_dir)
+    return payload
+
+
+def write_panel_reports(folder: Path, *, gap: bool | None = None) -> dict[str, Any]:
+    """Re-render every panel's run (no model calls), then the figure and the tables of all panels in `folder`;
+    `gap` as `write_reports` takes it.
+
+    Raises:
+        ConfigError: for a folder without panels.json, or a panel that holds no run yet.
+    """
+    found = panels_of(folder)
+    if found is None:
+        raise ConfigError(f"{folder}: not a figure of panels (no {PANELS_FILE})")
+    figure = get_table(found["table"])
+    done = []
+    for name in found["panels"]:
+        run = Path(folder) / name
+        if not (run / "manifest.json").is_file():
+            raise ConfigError(f"{folder}: panel {name} has no run yet ({run}); rerun `harness run {figure.name}`")
+        payload = write_reports(run, gap=gap)
+        spec = dataclasses.replace(report_spec(get_table(name), payload["rows"]), gap=payload.get("gap", False))
+        done.append((spec, payload))
+    drawn = [(spec, payload["results"], spec.panel_title or spec.name,
+              "accuracy, AVG@k (%)" if spec.kind == "evaluator" else "score (Table 2's scales)")
+             for spec, payload in done]
+    _, bars = render_panels(drawn, Path(folder), title=figure.title)
+    md = [f"## {figure.title}", ""]
+    tex, rows = [], []
+    for spec, payload in done:
+        md.append(render_markdown(spec, payload["results"], payload["notes"]))
+        tex.append(render_latex(spec, payload["results"]))
+        rows += [[spec.name, *line] for line in csv.reader(io.StringIO(render_csv(spec, payload["results"])))]
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["panel", *rows[0][1:]])
+    writer.writerows(r for r in rows if r[1] != "row")
+    payload = {"table": figure.name, "kind": "figure",
+               "panels": {spec.name: p for spec, p in done},
+               "figure": {"files": ["figure.png", "figure.pdf"],
+                          "bars": {spec.name: b for (spec, _), b in zip(done, bars)}}}
+    write_json_atomic(Path(folder) / "results.json", payload)
+    write_text_atomic(Path(folder) / "table.md", "\n".join(md))
+    write_text_atomic(Path(folder) / "table.tex", "\n".join(tex))
+    write_text_atomic(Path(folder) / "table.csv", buf.getvalue())
     return payload

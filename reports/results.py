@@ -3,14 +3,16 @@
 Records are the lines of a run's `records.jsonl` (one per evaluator x benchmark x item x repeat). Each metric the
 benchmark declares (`Benchmark.metrics`, `benchmarks.scoring`) is computed per repeat (failures counted wrong,
 never dropped), then summarised over the repeats as AVG@k: mean, spread (population std, min, max), and the
-bootstrap interval of repeat 0 as the per-item uncertainty. A metric's `details` (RM-Bench's matrices) are kept
-under `details[metric]`, one per repeat. Reports never call a model.
+bootstrap interval of repeat 0 as the per-item uncertainty. Each metric's cell carries how its metric prints
+(`scale`, `digits`), so a renderer need not go back to the benchmark. A metric's `details` (RM-Bench's
+matrices) are kept under `details[metric]`, one per repeat. Reports never call a model.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks import metrics
@@ -74,7 +76,36 @@ def _summarise(per_repeat: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "tie_rate": sum(r[metric]["tie_rate"] for r in per_repeat) / len(per_repeat),
             "ci_low": first["ci_low"],
             "ci_high": first["ci_high"],
+            "scale": first["scale"],
+            "digits": first["digits"],
         }
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Repeats:
+    """One evaluator's records of one benchmark, by repeat."""
+
+    complete: dict[int, list[EvalRecord]]
+    """Repeat index -> its records sorted by item, in repeat order: the repeats that have every item (as many
+    records as the largest repeat)."""
+    incomplete: list[int]
+    """The other repeats (an interrupted run), left out of every value."""
+
+
+def group_repeats(records: Iterable[EvalRecord]) -> dict[tuple[str, str], Repeats]:
+    """The records by (evaluator spec, benchmark), each group's complete repeats apart from its incomplete ones:
+    what `compute_results` summarises and `macro_average` resamples."""
+    grouped: dict[tuple[str, str], dict[int, list[EvalRecord]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        grouped[(r.evaluator, r.benchmark)][r.repeat].append(r)
+    out: dict[tuple[str, str], Repeats] = {}
+    for key, repeats in grouped.items():
+        size = max(len(v) for v in repeats.values())
+        # Records are in completion order, which differs between runs (concurrency, resume); sorting by item
+        # makes the bootstrap intervals, which resample per-item values, independent of it.
+        complete = {k: sorted(v, key=lambda r: r.item) for k, v in sorted(repeats.items()) if len(v) == size}
+        out[key] = Repeats(complete, sorted(set(repeats) - set(complete)))
     return out
 
 
@@ -84,24 +115,17 @@ def compute_results(records: Iterable[EvalRecord], rows: Mapping[str, str]) -> d
     Only complete repeats count: a repeat missing some items of a benchmark (an interrupted run) is left out and
     reported under `incomplete_repeats`, so partial runs render honestly.
     """
-    grouped: dict[tuple[str, str], dict[int, list[EvalRecord]]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        grouped[(r.evaluator, r.benchmark)][r.repeat].append(r)
+    grouped = group_repeats(records)
     results: dict[str, Any] = {}
     for label, spec in rows.items():
         cells = {}
         for (ev, bench), repeats in grouped.items():
             if ev != spec:
                 continue
-            size = max(len(v) for v in repeats.values())
-            # Records are in completion order, which differs between runs (concurrency, resume); sorting by item
-            # makes the bootstrap intervals, which resample per-item values, independent of it.
-            complete = {k: sorted(v, key=lambda r: r.item) for k, v in sorted(repeats.items()) if len(v) == size}
             bench_obj = benchmark(bench)
-            per_repeat = [repeat_results(bench_obj, v) for v in complete.values()]
-            cell = _summarise(per_repeat)
+            cell = _summarise([repeat_results(bench_obj, v) for v in repeats.complete.values()])
             cell["kind"] = bench_obj.kind
-            cell["incomplete_repeats"] = sorted(set(repeats) - set(complete))
+            cell["incomplete_repeats"] = repeats.incomplete
             cells[bench] = cell
         results[label] = {"evaluator": spec, "benchmarks": cells}
     return results
@@ -136,9 +160,7 @@ def macro_average(columns: Sequence[Any], results: Mapping[str, Any], records: I
     record, but the tables print no Average for it (`reports.render.average_text`): the paper's Average is
     over every column, and a mean over fewer is not comparable with it.
     """
-    grouped: dict[tuple[str, str], dict[int, list[EvalRecord]]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        grouped[(r.evaluator, r.benchmark)][r.repeat].append(r)
+    grouped = group_repeats(records)
     out: dict[str, Any] = {}
     for label, spec in rows.items():
         cells = results.get(label, {}).get("benchmarks", {})
@@ -147,11 +169,8 @@ def macro_average(columns: Sequence[Any], results: Mapping[str, Any], records: I
             cell = cells.get(col.benchmark, {}).get(col.metric)
             if not cell:
                 continue
-            repeats = grouped[(spec, col.benchmark)]
-            size = max(len(v) for v in repeats.values())
             metric = col.declared()
-            per_repeat = [metric.select(sorted(v, key=lambda r: r.item)) for _, v in sorted(repeats.items())
-                          if len(v) == size]
+            per_repeat = [metric.select(v) for v in grouped[(spec, col.benchmark)].complete.values()]
             used.append(col.key)
             values.append(cell["value"])
             samples.append(item_values(metric, per_repeat))

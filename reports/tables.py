@@ -102,6 +102,11 @@ class TableSpec:
     """Repeats per item when the run config gives none."""
     notes: tuple[str, ...] = ()
     """Printed under the table (how the paper's numbers are read)."""
+    scale_note: str = ""
+    """How the table's values print, after its kind's conventions paragraph (`reports.render.conventions`):
+    Table 2's "WildBench and WritingBench x10"; a table without one prints its kind's conventions alone."""
+    panel_title: str = ""
+    """A panel's title in its figure (`panel_of`; empty: its name)."""
     figure: bool = False
     """Also drawn as a bar chart with interval whiskers (`figure.png`, `figure.pdf`)."""
     layout: Layout = "rows"
@@ -287,6 +292,8 @@ _POLICY_NOTES = (
     "The paper prints one number per benchmark; it is shown under AlpacaEval 2 LC, Arena-Hard v2.0 hard prompts, "
     "WildBench WB-Score and WritingBench (read as each benchmark's headline).",
 )
+POLICY_SCALES = "Win rates and scores in percent; WildBench and WritingBench x10 as their leaderboards print them."
+"""The `scale_note` of the tables of AlpacaEval 2, Arena-Hard v2.0, WildBench and WritingBench."""
 
 
 def policy_row(label: str, spec: str, *, dynamic: bool = False) -> Row:
@@ -314,6 +321,7 @@ TABLE2_SPEC = TableSpec(
     setups=MappingProxyType({"paper": DEEPSEEK_SETUP, "cpu": CPU_SETUP}),
     default_seeds=1,
     notes=_POLICY_NOTES,
+    scale_note=POLICY_SCALES,
 )
 TABLE6_SPEC = TableSpec(
     name="table6",
@@ -324,6 +332,7 @@ TABLE6_SPEC = TableSpec(
     setups=MappingProxyType({"paper": _GPT41, "cpu": CPU_SETUP}),
     default_seeds=1,
     notes=("The paper's Table 6 numbers are not recorded in this harness: its rows print dashes.",),
+    scale_note=POLICY_SCALES,
 )
 TABLE8_SPEC = TableSpec(
     name="table8",
@@ -340,6 +349,7 @@ TABLE8_SPEC = TableSpec(
     setups=MappingProxyType({"paper": DEEPSEEK_SETUP, "cpu": CPU_SETUP}),
     default_seeds=1,
     notes=_POLICY_NOTES,
+    scale_note=POLICY_SCALES,
 )
 # --- Figure 3: verifiable tasks, checked without a judge model, AVG@5 over sampled answers ---
 

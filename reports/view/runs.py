@@ -18,6 +18,7 @@ from typing import Any
 from harness.errors import ConfigError, FailureCategory
 from harness.records import EvalRecord
 from harness.runstore import Manifest, OutputPaths, RecordLog
+from reports.panels import panels_of
 
 # The cells exactly as table.md prints them (value, decimals, bold and underline marks, the paper's row), and
 # the notes `harness report` writes under it.
@@ -28,9 +29,8 @@ from reports.render import (
     average_notes,
     average_text,
     best_marks,
-    cell_value,
+    cell_text,
     conventions,
-    format_cell,
     paper_average,
     paper_cells,
     render_markdown,
@@ -62,8 +62,6 @@ def read_run_dir(path: Path, what: str = "RUN") -> RunData:
     Raises:
         ConfigError: naming `what` and the path when it holds no such run.
     """
-    from reports.fig2 import panels_of
-
     path = Path(path)
     paths = OutputPaths.run_dir(path)
     figure = panels_of(path) if path.is_dir() else None
@@ -136,7 +134,7 @@ def _table(spec: TableSpec, results: dict[str, Any]) -> dict[str, Any]:
         cells, counts = [], []
         for col in spec.shown:
             mark = marks.get((row.label, col.key), "").split()
-            cells.append({"text": format_cell(cell_value(results, row.label, col), col), "bench": col.benchmark,
+            cells.append({"text": cell_text(results, row.label, col), "bench": col.benchmark,
                           "best": "best" in mark, "best_dynamic": "best-dynamic" in mark})
             cell = results.get(row.label, {}).get("benchmarks", {}).get(col.benchmark, {}).get(col.metric)
             counts.append(f"{cell['n'] * cell['repeats']} ({cell['n_failed']} failed), ties {cell['tie_rate']:.0%}"

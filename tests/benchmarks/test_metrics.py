@@ -1,4 +1,7 @@
-"""Every metric against hand-computed values, sklearn's ndcg_score, and JudgeBench's published check value."""
+"""Every metric against hand-computed values, sklearn's ndcg_score, and JudgeBench's published check value.
+
+Pairwise and listwise metrics are computed as the harness computes them: `benchmarks.scoring`'s metrics over
+`EvalRecord`s (an unscored response is None in `scores`)."""
 
 from __future__ import annotations
 
@@ -17,20 +20,41 @@ from benchmarks.metrics import (
     decisions_from_scores,
     judgebench_pair_correct,
     judgebench_result,
-    listwise_result,
-    ndcg,
-    pairwise_result,
     rm_bench_domain_average,
     rm_bench_matrix,
-    split_failed,
-    strict_pairwise_accuracy,
-    strict_top1_accuracy,
-    tie_rate,
-    top_tie_rate,
 )
+from benchmarks.scoring import NDCG, PAIRWISE_ACC, TOP1_ACC
+from harness.records import EvalRecord
 
 L3 = 1 / math.log2(3)  # discount of position 2; position 1 is 1, position 3 is 1/2, position 4 is 1/log2(5)
 IDCG_3 = 2 * 1 + 1 * L3 + 0 * 0.5  # gold order of a 3-list with rel = 3 - rank = (2, 1, 0)
+
+
+def pairs(preferred, other) -> list[EvalRecord]:
+    """One pairwise record per (preferred score, other score); the preferred response shown second in every
+    other record, so the metric reads `preferred`, not the position."""
+    out = []
+    for i, (p, o) in enumerate(zip(preferred, other, strict=True)):
+        scores, first = ((p, o), 0) if i % 2 == 0 else ((o, p), 1)
+        out.append(EvalRecord("ev", "b", f"i{i}", 0, 0, "pairwise", scores, preferred=first))
+    return out
+
+
+def lists(scores, gold_ranks) -> list[EvalRecord]:
+    """One listwise record per list of scores (None: a list that could not be scored at all)."""
+    out = []
+    for i, (s, g) in enumerate(zip(scores, gold_ranks, strict=True)):
+        s = (None,) * len(g) if s is None else tuple(None if x is None else float(x) for x in s)
+        out.append(EvalRecord("ev", "b", f"i{i}", 0, 0, "listwise", s, gold_ranks=tuple(int(x) for x in g)))
+    return out
+
+
+def ndcg(scores, gold_ranks) -> float:
+    return NDCG.result(lists(scores, gold_ranks)).value
+
+
+def top1(scores, gold_ranks) -> float:
+    return TOP1_ACC.result(lists(scores, gold_ranks)).value
 
 
 # --- pairwise -------------------------------------------------------------------------------------
@@ -38,35 +62,34 @@ IDCG_3 = 2 * 1 + 1 * L3 + 0 * 0.5  # gold order of a 3-list with rel = 3 - rank 
 
 def test_strict_pairwise_accuracy_ties_are_wrong():
     # win, loss, tie, win
-    assert strict_pairwise_accuracy([3, 1, 2, 2], [1, 2, 2, 0.5]) == 0.5
-    assert tie_rate([3, 1, 2, 2], [1, 2, 2, 0.5]) == 0.25
-    assert strict_pairwise_accuracy([1.0], [1.0]) == 0.0
+    r = PAIRWISE_ACC.result(pairs([3, 1, 2, 2], [1, 2, 2, 0.5]))
+    assert r.value == 0.5
+    assert r.tie_rate == 0.25
+    assert PAIRWISE_ACC.result(pairs([1.0], [1.0])).value == 0.0
 
 
-@pytest.mark.parametrize(
-    ("preferred", "other"),
-    [([1.0, None], [0.0, 0.0]), ([1.0], [float("nan")]), ([], []), ([1.0, 2.0], [1.0])],
-)
-def test_pairwise_rejects_unscored_empty_and_misaligned(preferred, other):
+def test_pairwise_needs_records():
     with pytest.raises(ValueError):
-        strict_pairwise_accuracy(preferred, other)
+        PAIRWISE_ACC.result([])
 
 
 def test_pairwise_result_counts_failures_as_wrong():
-    pairs = [(1.0, 0.0), (None, 1.0), (0.5, 0.5), (0.0, 1.0), (2.0, float("nan"))]
-    r = pairwise_result(pairs)
+    found = pairs([1.0, None, 0.5, 0.0, 2.0], [0.0, 1.0, 0.5, 1.0, None])
+    r = PAIRWISE_ACC.result(found)
     # only the first pair is a strict win; the two unscorable pairs stay in n and count wrong
     assert (r.value, r.n, r.n_failed, r.tie_rate) == (pytest.approx(0.2), 5, 2, pytest.approx(0.2))
     assert r.ci_low <= r.value <= r.ci_high
-    assert split_failed(pairs) == ([1.0, 0.5, 0.0], [0.0, 0.5, 1.0], 2)
-    # the scored subset agrees with the plain function, rescaled to all n
-    kept_p, kept_o, _ = split_failed(pairs)
-    assert r.value == pytest.approx(strict_pairwise_accuracy(kept_p, kept_o) * 3 / 5)
+    # the scored subset agrees with the metric over it, rescaled to all n
+    kept = [x for x in found if x.n_unscored == 0]
+    assert [x.scores[x.preferred] for x in kept] == [1.0, 0.5, 0.0]
+    assert r.value == pytest.approx(PAIRWISE_ACC.result(kept).value * 3 / 5)
 
 
 def test_metric_result_is_frozen_and_json_ready():
-    r = pairwise_result([(1.0, 0.0), (0.0, 1.0)], name="acc")
-    assert set(r.to_json()) == {"name", "value", "n", "n_failed", "tie_rate", "ci_low", "ci_high"}
+    r = PAIRWISE_ACC.result(pairs([1.0, 0.0], [0.0, 1.0]))
+    assert set(r.to_json()) == {"name", "value", "n", "n_failed", "tie_rate", "ci_low", "ci_high", "scale",
+                                "digits"}
+    assert (r.name, r.scale, r.digits) == ("acc", PAIRWISE_ACC.scale, PAIRWISE_ACC.digits)
     json.dumps(r.to_json())
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.value = 1.0  # type: ignore[misc]
@@ -77,24 +100,21 @@ def test_metric_result_is_frozen_and_json_ready():
 
 
 def test_strict_top1_accuracy_cases():
-    assert strict_top1_accuracy([[0.2, 0.9, 0.5]], [[2, 1, 3]]) == 1.0  # unique top is gold best
-    assert (
-        strict_top1_accuracy([[0.9, 0.9, 0.1]], [[1, 2, 3]]) == 0.0
-    )  # tied top is wrong even with gold best in it
-    assert strict_top1_accuracy([[0.3]], [[1]]) == 1.0  # one-response list
-    assert strict_top1_accuracy([[0.1, 0.8, 0.5]], [[1, 1, 3]]) == 1.0  # several gold rank-1: any of them
-    assert strict_top1_accuracy([[0.8, 0.8, 0.1]], [[1, 1, 3]]) == 0.0  # ...but the top must still be unique
-    assert strict_top1_accuracy([[0.9, 0.8, 0.5]], [[2, 1, 1]]) == 0.0
-    assert strict_top1_accuracy([[1, 2], [2, 1], [5, 5]], [[2, 1], [2, 1], [1, 2]]) == pytest.approx(1 / 3)
-    assert top_tie_rate([[1, 2], [5, 5], [3, 3, 1], [1, 1, 3]]) == 0.5
+    assert top1([[0.2, 0.9, 0.5]], [[2, 1, 3]]) == 1.0  # unique top is gold best
+    assert top1([[0.9, 0.9, 0.1]], [[1, 2, 3]]) == 0.0  # tied top is wrong even with gold best in it
+    assert top1([[0.3]], [[1]]) == 1.0  # one-response list
+    assert top1([[0.1, 0.8, 0.5]], [[1, 1, 3]]) == 1.0  # several gold rank-1: any of them
+    assert top1([[0.8, 0.8, 0.1]], [[1, 1, 3]]) == 0.0  # ...but the top must still be unique
+    assert top1([[0.9, 0.8, 0.5]], [[2, 1, 1]]) == 0.0
+    assert top1([[1, 2], [2, 1], [5, 5]], [[2, 1], [2, 1], [1, 2]]) == pytest.approx(1 / 3)
+    tied = TOP1_ACC.result(lists([[1, 2], [5, 5], [3, 3, 1], [1, 1, 3]], [[1, 2], [1, 2], [1, 2, 3], [1, 2, 3]]))
+    assert tied.tie_rate == 0.5
 
 
-@pytest.mark.parametrize(
-    ("scores", "gold"), [([[1.0, None]], [[1, 2]]), ([[1.0, 2.0]], [[1, 3]]), ([[1.0]], [[0]])]
-)
-def test_listwise_rejects_bad_input(scores, gold):
-    with pytest.raises(ValueError):
-        ndcg(scores, gold)
+def test_listwise_needs_records():
+    for metric in (TOP1_ACC, NDCG):
+        with pytest.raises(ValueError):
+            metric.result([])
 
 
 # --- nDCG -----------------------------------------------------------------------------------------
@@ -162,13 +182,13 @@ def test_ndcg_matches_sklearn_on_random_lists_with_ties():
 
 def test_listwise_result_counts_failed_lists():
     scores = [[0.9, 0.1, 0.5], None, [0.5, None, 0.2], [0.7, 0.7, 0.1]]
-    gold = [[1, 3, 2], [1, 2, 3], [1, 2, 3], [1, 2, 3]]
-    r = listwise_result(scores, gold)
-    assert (r.acc.value, r.acc.n, r.acc.n_failed, r.acc.tie_rate) == (0.25, 4, 2, 0.25)
+    found = lists(scores, [[1, 3, 2], [1, 2, 3], [1, 2, 3], [1, 2, 3]])
+    acc, gain = TOP1_ACC.result(found), NDCG.result(found)
+    assert (acc.value, acc.n, acc.n_failed, acc.tie_rate) == (0.25, 4, 2, 0.25)
     # perfect list (1.0) + tie-at-top list + two failed lists at 0
-    assert r.ndcg.value == pytest.approx((1.0 + 1.5 * (1 + L3) / IDCG_3) / 4)
-    assert (r.ndcg.n, r.ndcg.n_failed) == (4, 2)
-    assert json.loads(json.dumps(r.to_json()))["ndcg"]["name"] == "ndcg"
+    assert gain.value == pytest.approx((1.0 + 1.5 * (1 + L3) / IDCG_3) / 4)
+    assert (gain.n, gain.n_failed) == (4, 2)
+    assert json.loads(json.dumps(gain.to_json()))["name"] == "ndcg"
 
 
 # --- bootstrap and AVG@k --------------------------------------------------------------------------

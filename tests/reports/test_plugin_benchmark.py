@@ -142,7 +142,9 @@ def test_a_plugin_benchmark_runs_through_run_report_and_compare(tmp_path: Path):
     base = json.loads((tmp_path / "base" / "results.json").read_text())["results"]["Policy"]["benchmarks"]
     cand = json.loads((tmp_path / "cand" / "results.json").read_text())["results"]["Policy"]["benchmarks"]
     assert base["toy"]["bigger"]["value"] == 1.0 and cand["toy"]["bigger"]["value"] == 0.5
-    assert "| Policy | **100.0** |" in (tmp_path / "base" / "table.md").read_text()
+    table = (tmp_path / "base" / "table.md").read_text()
+    assert "| Policy | **100.0** |" in table
+    assert "x10" not in table  # the notes under it are its own: none of Table 2's WildBench/WritingBench scales
     report = harness("report", str(tmp_path / "cand"))
     assert report.returncode == 0 and "| Policy | **50.0** |" in report.stdout, report.stdout + report.stderr
     gate = harness("compare", str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "gate"))

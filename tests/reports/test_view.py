@@ -423,7 +423,7 @@ def test_a_folder_without_a_run_is_a_clear_error(tmp_path: Path):
 
 
 def test_a_figure_of_panels_names_its_panels(tmp_path: Path):
-    from reports.fig2 import PANELS_FILE
+    from reports.panels import PANELS_FILE
 
     (tmp_path / PANELS_FILE).write_text(json.dumps({"table": "fig2", "panels": ["fig2a", "fig2b"]}))
     done = harness("view", str(tmp_path))
