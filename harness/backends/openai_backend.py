@@ -1,99 +1,18 @@
 """The `openai` backend: any OpenAI-compatible chat-completions server (OpenAI, DeepSeek, vLLM, SGLang,
 llama.cpp).
 
-Requests go through the official SDK with its own retries switched off (`max_retries=0`); this module retries
-instead, so that every request ends as a completion or a categorised `Failure`, and concurrency adapts:
-
-- At most `options.concurrency` requests are in flight. A 429 halves an effective limit (at most once per
-  round trip) and each success raises it by 1/limit (AIMD), so a rate-limited server sees fewer requests.
-- Retried, with exponential backoff and full jitter or the server's `Retry-After` (capped at 60 s): 429,
-  408, 5xx, timeouts, refused/reset/dropped connections, 200 answers whose body is not JSON.
-- Not retried: 401/403 (AUTH), 400/404/422 and other 4xx (BAD_REQUEST), a JSON body without a usable
-  completion (MALFORMED_RESPONSE), a logprob answer without logprobs (UNSUPPORTED).
-- Token logprobs of generated text (`params.logprobs = k > 0`) are asked for with `logprobs: true,
-  top_logprobs: k` and read from `choices[i].logprobs.content`: `token` is the entry's text (decoded from its
-  `bytes` when every entry has them, so a character split over tokens goes to the token that completes it),
-  `top` its `top_logprobs` (the larger value when a text repeats). When the tokens reach past the text (a
-  server that reports the token holding a stop string), tokens that start at or after the text's end are
-  dropped. A server that answers without them fails the request as UNSUPPORTED.
-- `options.timeout` bounds each attempt as a whole (connect, send, wait, read).
-- The server's URL may carry a query (`?api_key=...`, `?api-version=...`): its parameters go with every
-  request, and the URL is shown and stored only masked (`url`, `harness.redact.mask_url`).
-- What servers differ in is probed, not assumed, on the first request that needs it (one-token probes, each
-  once per backend, under a lock so concurrent requests wait for the answer), kept in `probed()`, and what a
-  server lacks is listed by `capabilities()` (the run prints it once and records it in the manifest). Only a
-  clear answer decides: a refusal (a 4xx; a 501) or an answer that shows what the server does. A probe the
-  server fails (another 5xx, a timeout, a dropped connection) is retried as any request is and decides nothing:
-  the request that needed it fails with that failure (a replica router moves it on, a rerun retries it) and the
-  next request probes again.
-  - `n > 1`: a server that answers `n: 2` with one choice (or refuses it) gets one request per sample, sample i
-    seeded with `sample_seed(seed, i)` as the local backends do.
-  - assistant prefill (`assistant_prefix`): sent in the first of `PREFILL_FORMS` the server continues, judged by
-    the prompt tokens it reports (a continued turn counts as many as the prefix written at the end of the user
-    turn; a new turn adds its end-of-turn and header tokens). A server that continues none is asked without the
-    prefix (a constraint then covers the prefix too, `Constraint.after_prefix`) and the completion says
-    `continues_prefix=False`, so the caller reads the answer whole instead of gluing the prefix on. A logprob
-    request with a prefix fails there as UNSUPPORTED.
-  - `top_logprobs`: asked with the larger of 20 and `options.top_logprobs` (5 when that is refused); later
-    requests ask for at most what the server accepted, a server that lists fewer than asked is noted, and one
-    without token logprobs fails logprob requests as UNSUPPORTED without sending them.
-  - `min_tokens` (not in the OpenAI API; vLLM takes it): a short greedy answer, then the same with
-    `min_tokens` at its budget, which a server that honours it fills; elsewhere it is not sent.
-  - structured output (`params.constraint`): the first form the server accepts (`STRUCTURED_FORMS`:
-    `response_format` `json_schema`, then llama.cpp's `json_object` + `schema`; for a regex or a choice vLLM's
-    `structured_outputs`, then `guided_*`, then a GBNF `grammar` for llama.cpp), found with one attempt per form
-    on the first constrained request of each kind: a form is taken when the server answers 2xx and the answer
-    keeps to the constraint (servers that ignore unknown fields are found out by their answers), and refused
-    when an HTTP error names its field (`STRUCTURED_FIELD_NAMES`) or the answer breaks the constraint; a server
-    that takes none gets plain requests, and the caller's parser reads the text either way. Such an answer says
-    `constrained=False`, and the call cache does not keep it under the constrained request's key.
-- `http_requests` counts every HTTP request (attempts and probes), the calls as the server sees them.
-- Loglikelihoods of given text (`loglikelihood`: lm-eval's multiple-choice and perplexity requests) come from
-  `POST /completions` with the prompt as token ids, `max_tokens: 1` and vLLM's `prompt_logprobs: 1` (each prompt
-  token's logprob and rank), else the legacy `echo: true, logprobs: 1` (lm-eval's `local-completions`), the first
-  form the server answers, probed once. Token boundaries are the server's own: its tokenizer endpoint (vLLM's
-  `/tokenize` at the server root; `/detokenize` reads a rendered chat back; `GET /tokenizer_info`, served with
-  `--enable-tokenizer-info-endpoint`, names the BOS an empty context starts from) splits each request as the `hf`
-  backend does, and the continuation's logprobs are summed, greedy when each ranks first. A server without the
-  tokenizer endpoint or prompt logprobs fails these requests as UNSUPPORTED, saying what it lacked.
-- Reward-model scores (`score`, head `classifier`) come from a server on vLLM's pooling runner (`--runner pooling`,
-  a `*ForSequenceClassification` checkpoint): the conversation tokenized by `/tokenize` as `hf` renders it, cut as
-  `hf` cuts it, and sent as token ids to `POST /classify` with `use_activation: false`, whose one value is the
-  raw logit. A server without `/classify` (not a pooling server), or whose classifier has other than one label,
-  stops the first `score` call with a `ConfigError`; `head=lm-token0` is refused before any call (`check_score`).
-  These two roles live in `harness.backends.openai_served` (mixed in); response bodies are bounded by what the
-  request asked for (`harness.backends.http_bounds`).
-
-Requests go through the SDK's generic `client.post(path, body=..., cast_to=<httpx Response>)`, its documented
-way to make raw calls, and the few fields used are parsed and checked here. The typed `create()` transforms
-every parameter and parses the answer into pydantic models, which took about a third of the client's CPU per
-request against a local server; CPU per request is what limits throughput there (see `harness bench api`).
-
-The API key comes from the environment variable `options.api_key_env`, which must then be set (`preflight`,
-before any call, refuses an unset one), or else from `$OPENAI_API_KEY` where set (a placeholder when not,
-since local servers need none). It is scrubbed from every message this module records and never enters `identity()`.
+`OpenAIBackend` builds the requests and probes what a server does (its docstring). The retrying, rate-limited
+transport lives in `harness.backends.openai_transport`, the request forms and the reading of answers in
+`harness.backends.openai_format`, the loglikelihood and reward-model roles in `harness.backends.openai_served`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import dataclasses
-import json
 import logging
-import math
-import os
-import random
-import re
-import sys
-import threading
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from typing import Any
 
 from harness.backends.base import (
     BackendOptions,
@@ -104,89 +23,27 @@ from harness.backends.base import (
     LogprobRequest,
     LogprobResult,
     Message,
-    TokenLogprob,
     Usage,
     chat_to_json,
     sample_seed,
 )
-from harness.backends.http_bounds import BODY_LIMIT, ResponseTooLarge, bounded_transport, response_limit
-from harness.backends.openai_served import PROBE_QUESTION, ServedRoles, _usage
-from harness.errors import BackendUnavailableError, ConfigError, Failure, FailureCategory
-from harness.redact import (
-    holds_secret,
-    mask_url,
-    redact_text,
-    register_secret,
-    register_url_secrets,
-    scrub_tree,
+from harness.backends.openai_format import (
+    PREFILL_FORMS,
+    STRUCTURED_FIELD_NAMES,
+    STRUCTURED_FORMS,
+    choice_logprobs,
+    choice_texts,
+    first_token_alternatives,
+    kept_constraint,
+    match_candidates,
+    prefill_fields,
+    structured_fields,
 )
+from harness.backends.openai_served import PROBE_QUESTION, ServedRoles, _usage
+from harness.backends.openai_transport import Fault, Transport
+from harness.errors import ConfigError, Failure, FailureCategory
 
 log = logging.getLogger(__name__)
-
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-STRUCTURED_FORMS: dict[str, tuple[str, ...]] = {
-    "json_schema": ("json_schema", "json_object_schema"),
-    "regex": ("structured_outputs", "guided", "gbnf"),
-    "choice": ("structured_outputs", "guided", "gbnf"),
-}
-"""How a constraint can be sent, in the order tried: OpenAI's `response_format` `json_schema`; the
-`{"type": "json_object", "schema": ...}` extension (llama.cpp's servers); vLLM's `structured_outputs` field and
-its older `guided_regex` / `guided_choice` fields (vLLM, SGLang); a GBNF `grammar` (llama.cpp's servers,
-`harness.backends.grammar.gbnf_grammar`)."""
-
-
-STRUCTURED_FIELD_NAMES: dict[str, tuple[str, ...]] = {
-    "json_schema": ("response_format", "json_schema", "json schema"),
-    "json_object_schema": ("response_format", "json_object"),
-    "structured_outputs": ("structured_outputs", "structured output"),
-    "guided": ("guided",),
-    "gbnf": ("grammar", "gbnf"),
-}
-"""Words by which an error names the field of a form: an HTTP error that names it refuses the form; one that
-names none is the server failing (or the request being wrong), which says nothing about the form."""
-
-
-def structured_fields(constraint: Constraint, form: str) -> dict[str, Any]:
-    """The request-body fields that send `constraint` in `form` (see `STRUCTURED_FORMS`).
-
-    Raises:
-        ConfigError: when the constraint cannot be written in that form (a regex outside GBNF's reach).
-    """
-    if form == "json_schema":
-        schema = {"name": constraint.name, "schema": constraint.schema, "strict": True}
-        return {"response_format": {"type": "json_schema", "json_schema": schema}}
-    if form == "json_object_schema":
-        return {"response_format": {"type": "json_object", "schema": constraint.schema}}
-    value: Any = constraint.options if constraint.kind == "choice" else constraint.spec
-    if form == "structured_outputs":
-        return {"structured_outputs": {constraint.kind: value}}
-    if form == "guided":
-        return {f"guided_{constraint.kind}": value}
-    if form == "gbnf":
-        from harness.backends.grammar import gbnf_grammar
-
-        return {"grammar": gbnf_grammar(constraint)}  # ConfigError for a regex GBNF cannot say
-    raise ValueError(f"unknown structured-output form {form!r}")
-PREFILL_FORMS = ("continue_final_message", "prefix_flag", "trailing_message")
-"""How a prefilled assistant turn can be sent, in the order probed: a trailing assistant message with vLLM's and
-SGLang's `continue_final_message: true, add_generation_prompt: false`; with DeepSeek's `prefix: true` on the
-message (its beta endpoint); the trailing message alone (servers that continue it by themselves)."""
-
-
-def prefill_fields(
-    messages: list[dict[str, Any]], prefix: str, form: str
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The messages and extra body fields that send `prefix` as a prefilled assistant turn in `form`."""
-    turn: dict[str, Any] = {"role": "assistant", "content": prefix}
-    if form == "continue_final_message":
-        return [*messages, turn], {"continue_final_message": True, "add_generation_prompt": False}
-    if form == "prefix_flag":
-        return [*messages, {**turn, "prefix": True}], {}
-    if form == "trailing_message":
-        return [*messages, turn], {}
-    raise ValueError(f"unknown prefill form {form!r}")
-
 
 N_SAMPLES = "n > 1"
 MIN_TOKENS = "min_tokens"
@@ -197,29 +54,29 @@ SHORT_PROBE = "What is 2+2? Reply with the number only."
 """The `min_tokens` probe's question: one most models answer in a few tokens (SmolLM2-135M: 7-8)."""
 PREFILL_PROBE = ("Count to ten in words.", " one two three four five six")
 """The prefill probe's user turn and prefix (common words: one token each after a space in common tokenizers)."""
-_KEY_PLACEHOLDER = "EMPTY"
-_RETRY_AFTER_CAP_S = 60.0
-_PROBE_TIMEOUT_S = 10.0
-_SNIPPET_CHARS = 200
-_CONNECTIONS_PER_CLIENT = 8
-_PACER_WINDOW = 16
-_PACER_MAX_INTERVAL_S = 0.01
-
-T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class _Fault:
-    """Why one attempt failed, and whether another attempt may help."""
+class OpenAIBackend(ServedRoles, Transport, BaseBackend):
+    """An OpenAI-compatible server as a backend (`BaseBackend`).
 
-    category: FailureCategory
-    message: str
-    retryable: bool
-    retry_after: float | None = None
+    Every request ends as a completion or a categorised `Failure`: the transport retries what another attempt may
+    mend (`Transport`), and an answer without a usable completion is MALFORMED_RESPONSE, a logprob answer without
+    logprobs UNSUPPORTED (`harness.backends.openai_format`). Loglikelihoods and reward-model scores come from
+    vLLM's own endpoints (`ServedRoles`). `preflight` refuses an unset key variable that `options` names.
 
-
-class OpenAIBackend(ServedRoles, BaseBackend):
-    """An OpenAI-compatible server behind the `Backend` protocol.
+    What servers differ in is probed, not assumed, on the first request that needs it (one-token probes, each
+    once per backend, under a lock so concurrent requests wait for the answer), kept in `probed()`, and what a
+    server lacks is listed by `capabilities()` (the run prints it once and records it in the manifest). Only a
+    clear answer decides: a refusal (a 4xx; a 501) or an answer that shows what the server does. A probe the
+    server fails (another 5xx, a timeout, a dropped connection) is retried as any request is and decides nothing:
+    the request that needed it fails with that failure (a replica router moves it on, a rerun retries it) and the
+    next request probes again. The features (README.md has them as a table): `n > 1` (else one request per
+    sample, sample i seeded with `sample_seed(seed, i)`); assistant prefill in the first of `PREFILL_FORMS` the
+    server continues (else the turn is asked whole, `continues_prefix=False`, with a constraint covering the
+    prefix too, and a logprob request with a prefix fails as UNSUPPORTED); `top_logprobs` (the larger of 20 and
+    `options.top_logprobs`, else 5; with none, logprob requests fail as UNSUPPORTED unsent); vLLM's `min_tokens`
+    (else not sent); structured output in the first of `STRUCTURED_FORMS` the server takes and keeps to (else
+    plain requests, said by `constrained=False`, which the call cache keeps under no key).
 
     Args:
         model: The model id the server knows (`gpt-4.1`, `Qwen/Qwen3-8B`, ...).
@@ -238,8 +95,6 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
     ) -> None:
-        import openai  # ~0.7 s to import: keep it off the CLI's start-up path
-
         options = options or BackendOptions()
         if options.concurrency < 1 or options.max_attempts < 1 or not options.timeout > 0:
             raise ConfigError(
@@ -248,18 +103,6 @@ class OpenAIBackend(ServedRoles, BaseBackend):
             )
         self.model = model
         self.options = options
-        given = options.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        register_url_secrets(given)
-        self.base_url = normalise_base_url(given)
-        """Where requests go: scheme, host, port and path (no credentials, no query)."""
-        self._query = dict(parse_qsl(urlsplit(given.strip()).query, keep_blank_values=True))
-        """The URL's query parameters (a key some servers take there), sent with every request."""
-        self.url = mask_url(self.base_url + (f"?{urlsplit(given.strip()).query}" if self._query else ""))
-        """The server's URL as it is shown and stored (identity, messages, replica counts): its query values
-        masked (`harness.redact.mask_url`)."""
-        self._key_env = options.api_key_env or DEFAULT_KEY_ENV
-        self._key = os.environ.get(self._key_env, "")
-        register_secret(self._key)
         self._found: dict[str, Any] = {}
         """Feature -> what this server was found to do: a structured-output or prefill form (None: none taken),
         whether `n > 1` works, the most `top_logprobs` it lists (0: no logprobs)."""
@@ -268,38 +111,7 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         self._locks: dict[tuple[int, str], asyncio.Lock] = {}
         self._probe_failures: dict[str, tuple[int, Failure]] = {}
         """Feature -> how many of its probes the server failed, and the latest failure (`_probe_once`)."""
-        self.http_requests = 0
-        """HTTP requests sent (every attempt, probes included): the calls as the server counts them."""
-        self._backoff_base_s = backoff_base_s
-        self._backoff_cap_s = backoff_cap_s
-        self._limit = _AdaptiveLimit(options.concurrency)
-        self._pacer = _Pacer()
-        self._openai = openai
-        # The HTTP package the installed SDK is built on (httpx for 1.x, httpx2 for 3.x), found through an SDK
-        # constant rather than imported by name.
-        http = sys.modules[type(openai.DEFAULT_CONNECTION_LIMITS).__module__.partition(".")[0]]
-        self._response_type = http.Response
-        # Several SDK clients with small keep-alive pools instead of one with a wide pool: the HTTP pool
-        # checks every connection it holds on every request, and at 32 connections pools of 8 cut 10-20% of
-        # the client's CPU per request (measured). A request runs on the client its concurrency slot belongs
-        # to, so no pool ever waits.
-        timeout = openai.Timeout(options.timeout)
-        shards = math.ceil(options.concurrency / _CONNECTIONS_PER_CLIENT)
-        pool = math.ceil(options.concurrency / shards)
-        limits = http.Limits(max_connections=pool, max_keepalive_connections=pool)
-        self._clients = [
-            openai.AsyncOpenAI(
-                api_key=self._key or _KEY_PLACEHOLDER,
-                base_url=self.base_url,
-                default_query=self._query or None,
-                max_retries=0,
-                timeout=timeout,
-                http_client=openai.DefaultAsyncHttpxClient(
-                    transport=bounded_transport(http, limits), timeout=timeout
-                ),
-            )
-            for _ in range(shards)
-        ]
+        self._open_transport(backoff_base_s=backoff_base_s, backoff_cap_s=backoff_cap_s)
 
     def preflight(self) -> None:
         """Check before the first call that a key variable the user named is set (a plan needs no key).
@@ -333,36 +145,6 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         one HTTP request (the server's prefix cache, where it has one, shares their common start).
         """
         return list(await asyncio.gather(*(self._logprobs_one(r, candidates) for r in requests)))
-
-    async def probe(self) -> None:
-        """One quick `GET /models` (one attempt, at most 10 s).
-
-        Raises:
-            BackendUnavailableError: when the server cannot be reached or refuses the API key. Other answers
-                (200, 404 from servers without `/models`, ...) pass.
-        """
-        openai = self._openai
-        timeout = min(self.options.timeout, _PROBE_TIMEOUT_S)
-        where = f"OpenAI-compatible server at {self.url}"
-        try:
-            await _deadline(self._clients[0].models.with_raw_response.list(timeout=timeout), timeout)
-        except openai.APIStatusError as err:
-            if err.status_code in (401, 403):
-                unset = "" if self._key else f" (${self._key_env} is not set)"
-                raise BackendUnavailableError(
-                    f"the {where} refused the API key from ${self._key_env}{unset} "
-                    f"(HTTP {err.status_code})"
-                ) from None
-        except (openai.APITimeoutError, TimeoutError, asyncio.TimeoutError):
-            raise BackendUnavailableError(f"cannot reach {where}: no answer within {timeout:g} s") from None
-        except openai.APIConnectionError as err:
-            reason = self._scrub(str(err.__cause__ or err) or type(err.__cause__ or err).__name__)
-            raise BackendUnavailableError(f"cannot reach {where}: {reason}") from None
-
-    async def close(self) -> None:
-        """Close the HTTP connections."""
-        for client in self._clients:
-            await client.close()
 
     # -- one request -----------------------------------------------------------------------------------------
 
@@ -443,12 +225,12 @@ class OpenAIBackend(ServedRoles, BaseBackend):
             payload, attempts = await self._post_chat(body)
         if isinstance(payload, Failure):
             return Completion(texts=(), error=payload)
-        texts = _choice_texts(payload, p.n)
+        texts = choice_texts(payload, p.n)
         if isinstance(texts, str):
             return Completion(texts=(), error=self._failure(FailureCategory.MALFORMED_RESPONSE, texts, attempts))
         logprobs = None
         if p.logprobs:
-            logprobs = _choice_logprobs(payload, texts, p.logprobs)
+            logprobs = choice_logprobs(payload, texts, p.logprobs)
             if isinstance(logprobs, Failure):
                 return Completion(texts=(), error=self._failure(logprobs.category, logprobs.message, attempts))
         return Completion(texts=texts, usage=_usage(payload), logprobs=logprobs, continues_prefix=continues,
@@ -501,7 +283,7 @@ class OpenAIBackend(ServedRoles, BaseBackend):
             payload, attempts = await self._post_chat(body)
             if isinstance(payload, Failure):
                 return payload
-            alternatives = _first_token_alternatives(payload)
+            alternatives = first_token_alternatives(payload)
             if isinstance(alternatives, Failure):
                 return self._failure(alternatives.category, alternatives.message, attempts)
             return match_candidates(alternatives, candidates), _usage(payload).prompt_tokens
@@ -568,7 +350,7 @@ class OpenAIBackend(ServedRoles, BaseBackend):
         retried as any request is, and after the retries a refusal is still one while anything else comes back
         unrefused, for the caller to decide nothing on. `path`, `limit`: as for `_post`."""
         outcome = await self._attempt(body, path=path, limit=limit)
-        if not isinstance(outcome, _Fault):
+        if not isinstance(outcome, Fault):
             return outcome, False
         if _refusal(outcome, names):
             return self._failure(outcome.category, outcome.message, 1), True
@@ -648,7 +430,7 @@ class OpenAIBackend(ServedRoles, BaseBackend):
                 continue
             if isinstance(payload, Failure):
                 return payload  # failing, not refusing: nothing is decided
-            alternatives = _first_token_alternatives(payload)
+            alternatives = first_token_alternatives(payload)
             if isinstance(alternatives, Failure) and alternatives.category is not FailureCategory.UNSUPPORTED:
                 return ask  # a malformed answer says nothing about support: the requests will say what happens
             if isinstance(alternatives, Failure):
@@ -761,16 +543,16 @@ class OpenAIBackend(ServedRoles, BaseBackend):
             except ConfigError as exc:
                 refusals.append(f"{form}: {exc}")
                 continue
-            outcome: dict[str, Any] | _Fault | Failure = await self._attempt(sent)
+            outcome: dict[str, Any] | Fault | Failure = await self._attempt(sent)
             attempts = 1
-            if isinstance(outcome, _Fault) and not _refuses_form(outcome, form):
+            if isinstance(outcome, Fault) and not _refuses_form(outcome, form):
                 outcome, attempts = await self._post("/chat/completions", sent, first=outcome)
-            if isinstance(outcome, (_Fault, Failure)):
+            if isinstance(outcome, (Fault, Failure)):
                 if _refuses_form(outcome, form):
                     refusals.append(f"{form}: {self._scrub(outcome.message)}")
                     continue
                 return outcome, attempts  # a Failure: a fault that refuses nothing went through `_post`
-            kept, why = _kept_constraint(outcome, constraint)
+            kept, why = kept_constraint(outcome, constraint)
             if kept:
                 self._found[feature] = form
             if kept is not False:  # kept, or cannot tell yet (the next request probes again)
@@ -783,204 +565,8 @@ class OpenAIBackend(ServedRoles, BaseBackend):
     def _server_label(self) -> str:
         return f"the server at {self.url} (model {self.model!r})"
 
-    async def _post_chat(self, body: dict[str, Any]) -> tuple[dict[str, Any] | Failure, int]:
-        """POST a chat completion with retries: the JSON body (or a Failure) and the attempts it took."""
-        return await self._post("/chat/completions", body)
 
-    async def _post(
-        self, path: str, body: dict[str, Any] | None, *, limit: int | None = None, first: _Fault | None = None
-    ) -> tuple[dict[str, Any] | Failure, int]:
-        """POST `body` to `path` (GET when `body` is None) with retries: the JSON answer (or a Failure) and the
-        attempts it took. `path` is relative to the base URL, or absolute (`_root_url`: endpoints outside `/v1`);
-        `limit`: the most bytes the answer may take (default: `response_limit(body)`); `first`: the fault of an
-        attempt already made (a probe's), which counts as the first of `options.max_attempts`."""
-        fault = first
-        attempt = 1 if first is not None else 0
-        while attempt < self.options.max_attempts and (fault is None or fault.retryable):
-            attempt += 1
-            if fault is not None:
-                await asyncio.sleep(self._backoff(attempt - 1, fault.retry_after))
-            outcome = await self._attempt(body, path=path, limit=limit)
-            if not isinstance(outcome, _Fault):
-                return outcome, attempt
-            fault = outcome
-        assert fault is not None
-        return self._failure(fault.category, fault.message, attempt), attempt
-
-    async def _attempt(
-        self, body: dict[str, Any] | None, *, path: str = "/chat/completions", limit: int | None = None
-    ) -> dict[str, Any] | _Fault:
-        openai = self._openai
-        slot = await self._limit.acquire()
-        client = self._clients[slot % len(self._clients)]
-        started = time.monotonic()
-        self.http_requests += 1
-        limit = BODY_LIMIT.set(response_limit(body or {}) if limit is None else limit)
-        try:
-            await self._pacer.wait()
-            call = (client.get(path, cast_to=self._response_type) if body is None
-                    else client.post(path, body=body, cast_to=self._response_type))
-            response = await _deadline(call, self.options.timeout)
-            content = response.content
-        except ResponseTooLarge as err:
-            return _Fault(FailureCategory.MALFORMED_RESPONSE, str(err), True)
-        except openai.APIStatusError as err:
-            fault = _status_fault(err.status_code, err.response)
-            if err.status_code == 429:
-                self._limit.on_rate_limit(started)
-            return fault
-        except (openai.APITimeoutError, TimeoutError, asyncio.TimeoutError):
-            return _Fault(FailureCategory.TIMEOUT, f"no answer within {self.options.timeout:g} s", True)
-        except openai.APIConnectionError as err:
-            cause = err.__cause__ or err
-            if isinstance(cause, ResponseTooLarge):  # SDKs that wrap every transport error
-                return _Fault(FailureCategory.MALFORMED_RESPONSE, str(cause), True)
-            return _Fault(
-                FailureCategory.CONNECTION, f"connection failed: {str(cause) or type(cause).__name__}", True
-            )
-        finally:
-            BODY_LIMIT.reset(limit)
-            self._limit.release(slot)
-            self._pacer.finished()
-        self._limit.on_success()
-        try:
-            payload = json.loads(content)
-            if holds_secret(content):  # a server that echoes the key: mask it before anyone reads the answer
-                payload = scrub_tree(payload)
-        except ValueError:
-            snippet = content[:_SNIPPET_CHARS].decode("utf-8", "replace")
-            return _Fault(FailureCategory.MALFORMED_RESPONSE, f"response body is not JSON: {snippet!r}", True)
-        if not isinstance(payload, dict):
-            return _Fault(FailureCategory.MALFORMED_RESPONSE, "response body is not a JSON object", False)
-        return payload
-
-    def _backoff(self, retry: int, retry_after: float | None) -> float:
-        """Seconds to wait before retry number `retry` (1-based): the server's wish, else full jitter."""
-        if retry_after is not None:
-            return retry_after
-        return random.uniform(0.0, min(self._backoff_cap_s, self._backoff_base_s * 2 ** (retry - 1)))
-
-    def _failure(self, category: FailureCategory, message: str, attempts: int) -> Failure:
-        return Failure(category, self._scrub(message), attempts)
-
-    def _scrub(self, text: str) -> str:
-        """`text` on one line without the API key (servers sometimes echo it in error bodies) and with every URL
-        in it masked (`harness.redact.redact_text`)."""
-        text = " ".join(text.split())
-        return redact_text(text.replace(self._key, "***") if self._key else text)
-
-
-class _AdaptiveLimit:
-    """Numbered concurrency slots whose number shrinks on rate limits and grows back on successes (AIMD).
-
-    The limit is a float in [1, maximum]; `int(limit)` holders may have a slot at once, each with its own
-    number in `range(maximum)`. Waiters are served in arrival order.
-    """
-
-    def __init__(self, maximum: int) -> None:
-        self.maximum = maximum
-        self.limit = float(maximum)
-        # A stack, so the most recently used slots (and their warm connections) are reused first.
-        self._free = list(range(maximum - 1, -1, -1))
-        self._waiters: deque[asyncio.Future[int]] = deque()
-        self._last_cut = -math.inf
-
-    @property
-    def in_flight(self) -> int:
-        return self.maximum - len(self._free)
-
-    async def acquire(self) -> int:
-        """Wait for a free slot and return its number."""
-        if self.in_flight < int(self.limit) and not self._waiters:
-            return self._free.pop()
-        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release(waiter.result())  # handed a slot just as we were cancelled: give it back
-            else:
-                self._wake()  # never strand the waiters queued behind this one
-            raise
-
-    def release(self, slot: int) -> None:
-        self._free.append(slot)
-        self._wake()
-
-    def on_success(self) -> None:
-        if self.limit < self.maximum:
-            self.limit = min(float(self.maximum), self.limit + 1.0 / self.limit)
-            self._wake()
-
-    def on_rate_limit(self, started: float) -> None:
-        # Requests sent before the last cut were sent under the old limit; their 429s must not cut again.
-        if started >= self._last_cut:
-            self.limit = max(1.0, self.limit / 2)
-            self._last_cut = time.monotonic()
-
-    def _wake(self) -> None:
-        while self._waiters and self.in_flight < int(self.limit):
-            waiter = self._waiters.popleft()
-            if not waiter.done():  # cancelled waiters stay in the queue until reached
-                waiter.set_result(self._free.pop())
-
-
-class _Pacer:
-    """Spaces request starts by the event loop's CPU time per request.
-
-    Requests sent together come back together, and the event loop then serves the burst round-robin (the HTTP
-    stack awaits many times per request), so every request of the burst waits for the CPU time of the whole
-    burst, round trip after round trip. Starting requests no closer together than the loop's CPU time per
-    request keeps the answers spread out. That caps the request rate at what the loop's core can process
-    anyway, so it costs no throughput; on the loopback benchmark it lifted the median achieved/ideal
-    throughput from 0.74 to 0.81. CPU time is measured only while requests are in flight, so work between
-    batches does not count.
-    """
-
-    def __init__(self) -> None:
-        self.interval = 0.0
-        """Seconds between request starts; 0 until measured."""
-        self._next = 0.0
-        self._active = 0
-        self._finished = 0
-        self._mark: tuple[int, float] | None = None  # (thread id, its CPU time) at the last estimate
-
-    async def wait(self) -> None:
-        """Sleep until this request's turn to start; pair every call with `finished()`."""
-        if self._active == 0:  # coming out of idle: start a fresh measurement window
-            self._finished, self._mark = 0, None
-        self._active += 1
-        if self.interval <= 0:
-            return
-        now = time.monotonic()
-        start = max(now, self._next)
-        self._next = start + self.interval
-        if start > now:
-            await asyncio.sleep(start - now)
-
-    def finished(self) -> None:
-        """Count a finished attempt; every `_PACER_WINDOW` of them, re-estimate the interval."""
-        self._active -= 1
-        self._finished += 1
-        if self._finished % _PACER_WINDOW:
-            return
-        mark = (threading.get_ident(), time.thread_time())
-        if self._mark is not None and self._mark[0] == mark[0]:
-            sample = min((mark[1] - self._mark[1]) / _PACER_WINDOW, _PACER_MAX_INTERVAL_S)
-            self.interval = sample if self.interval == 0 else 0.75 * self.interval + 0.25 * sample
-        self._mark = mark
-
-
-async def _deadline(awaitable: Awaitable[T], seconds: float) -> T:
-    """`awaitable`'s result, or `TimeoutError` after `seconds` (httpx's timeouts are per phase, not total)."""
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await awaitable
-    return await asyncio.wait_for(awaitable, seconds)
-
-
-def _refusal(fault: _Fault | Failure, names: tuple[str, ...] = ()) -> bool:
+def _refusal(fault: Fault | Failure, names: tuple[str, ...] = ()) -> bool:
     """Whether a probe's fault refuses what it probed: a 4xx other than 401/403/408/429 (BAD_REQUEST), 501 Not
     Implemented, or a 5xx that names one of `names`. Other 5xx, timeouts and dropped connections are the server
     failing."""
@@ -990,7 +576,7 @@ def _refusal(fault: _Fault | Failure, names: tuple[str, ...] = ()) -> bool:
         fault.message.startswith("HTTP 501") or _names(fault, names))
 
 
-def _refuses_form(fault: _Fault | Failure, form: str) -> bool:
+def _refuses_form(fault: Fault | Failure, form: str) -> bool:
     """Whether an HTTP error refuses the structured-output `form`: a 4xx or 5xx whose message names its field
     (`STRUCTURED_FIELD_NAMES`). A 4xx that names none may be about the request itself (the probe is a real
     request), so it decides nothing."""
@@ -998,207 +584,7 @@ def _refuses_form(fault: _Fault | Failure, form: str) -> bool:
     return fault.category in errors and _names(fault, STRUCTURED_FIELD_NAMES[form])
 
 
-def _names(fault: _Fault | Failure, names: tuple[str, ...]) -> bool:
+def _names(fault: Fault | Failure, names: tuple[str, ...]) -> bool:
     """Whether the fault's message names one of `names` (case aside)."""
     message = fault.message.lower()
     return any(name in message for name in names)
-
-
-def _status_fault(status: int, response: Any) -> _Fault:
-    """Categorise an HTTP error status (`response` is the SDK's httpx response)."""
-    try:
-        detail = response.text[:_SNIPPET_CHARS]
-    except Exception:  # an unread streamed body: the status says enough
-        detail = ""
-    message = f"HTTP {status}: {detail}".strip()
-    if status in (401, 403):
-        return _Fault(FailureCategory.AUTH, message, False)
-    if status == 429:
-        return _Fault(FailureCategory.RATE_LIMIT, message, True, retry_after_seconds(response.headers))
-    if status == 408:
-        return _Fault(FailureCategory.TIMEOUT, message, True, retry_after_seconds(response.headers))
-    if status >= 500:
-        return _Fault(FailureCategory.SERVER_ERROR, message, True, retry_after_seconds(response.headers))
-    return _Fault(FailureCategory.BAD_REQUEST, message, False)
-
-
-def retry_after_seconds(headers: Any) -> float | None:
-    """The wait a response asks for (`retry-after-ms`, or `Retry-After` in seconds or as an HTTP date).
-
-    Capped at 60 s; None when the response names none.
-    """
-    value = headers.get("retry-after-ms")
-    try:
-        if value is not None:
-            return min(max(float(value) / 1000, 0.0), _RETRY_AFTER_CAP_S)
-    except ValueError:
-        pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError, OverflowError):
-            return None
-    if not math.isfinite(seconds):
-        return None
-    return min(max(seconds, 0.0), _RETRY_AFTER_CAP_S)
-
-
-def normalise_base_url(url: str) -> str:
-    """`url` with lower-case scheme and host, no user:password part, no query (the backend sends its parameters
-    with each request) and no trailing slash."""
-    parts = urlsplit(url.strip())
-    host = (parts.hostname or "").lower()
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    if ":" in host:  # IPv6 literal
-        netloc = f"[{host}]:{parts.port}" if parts.port else f"[{host}]"
-    return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
-
-
-_THINK_BLOCK = re.compile(r"\s*<think>.*?</think>\s*", re.DOTALL)
-
-
-def _kept_constraint(payload: dict[str, Any], constraint: Constraint) -> tuple[bool | None, str]:
-    """Whether the first choice of `payload` keeps to `constraint` (True), breaks it, so the server ignored it
-    (False, with why), or cannot tell (None: an answer cut at max_tokens, a regex Python cannot compile)."""
-    texts = _choice_texts(payload, len(payload.get("choices") or ()) or 1)
-    if isinstance(texts, str) or payload["choices"][0].get("finish_reason") == "length":
-        return None, ""
-    text = texts[0]
-    if constraint.think:
-        text = _THINK_BLOCK.sub("", text, count=1) if text.lstrip().startswith("<think>") else text.lstrip()
-    if constraint.kind == "choice":
-        return (True, "") if text in constraint.options else (False, f"{text[:60]!r} is none of the choices")
-    if constraint.kind == "regex":
-        try:
-            matched = re.fullmatch(constraint.spec, text)
-        except re.error:
-            return None, ""
-        return (True, "") if matched else (False, f"{text[:60]!r} does not match the pattern")
-    try:
-        json.loads(text)
-    except ValueError:
-        return False, f"{text[:60]!r} is not JSON"
-    return True, ""
-
-
-def _choice_texts(payload: dict[str, Any], n: int) -> tuple[str, ...] | str:
-    """The text of every choice in index order, or a message saying why the body is not a completion."""
-    choices = payload.get("choices")
-    if not isinstance(choices, list) or not choices:
-        if isinstance(payload.get("error"), dict):
-            return f"server answered 200 with an error: {payload['error'].get('message', payload['error'])}"
-        return "response has no choices"
-    if len(choices) != n:
-        return f"asked for {n} choices, got {len(choices)} (the server may not support n > 1)"
-    try:
-        ordered = sorted(choices, key=lambda c: int(c.get("index", 0)))
-        texts = tuple(c["message"]["content"] for c in ordered)
-    except (TypeError, KeyError, ValueError, AttributeError):
-        return "a choice lacks message.content or a valid index"
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            return f"choice {i} has no text content (content is {text!r}: a refusal or tool call?)"
-    return texts
-
-
-def _choice_logprobs(
-    payload: dict[str, Any], texts: tuple[str, ...], k: int
-) -> tuple[tuple[TokenLogprob, ...], ...] | Failure:
-    """The token logprobs of every choice in index order (`texts` from `_choice_texts`), or why not."""
-    ordered = sorted(payload["choices"], key=lambda c: int(c.get("index", 0)))
-    result = []
-    for i, (choice, text) in enumerate(zip(ordered, texts)):
-        logprobs = choice.get("logprobs")
-        content = logprobs.get("content") if isinstance(logprobs, dict) else None
-        if not isinstance(content, list):
-            return Failure(
-                FailureCategory.UNSUPPORTED,
-                f"the server did not return token logprobs for choice {i} (asked with logprobs=true, "
-                f"top_logprobs={k}; it may not support them for this model)",
-            )
-        tokens = _token_logprobs(content, text, k)
-        if isinstance(tokens, str):
-            return Failure(FailureCategory.MALFORMED_RESPONSE, f"choice {i}: {tokens}")
-        result.append(tokens)
-    return tuple(result)
-
-
-def _token_logprobs(content: list[Any], text: str, k: int) -> tuple[TokenLogprob, ...] | str:
-    """TokenLogprobs of one choice's `logprobs.content` (see the module docstring), or what is wrong."""
-    pieces: list[str] = []
-    values: list[tuple[float, dict[str, float]]] = []
-    for n, entry in enumerate(content):
-        if not isinstance(entry, dict) or not _token_entry(entry):
-            return f"logprobs.content[{n}] lacks a token or a numeric logprob"
-        top: dict[str, float] = {}
-        for alt in entry.get("top_logprobs") or ():
-            if isinstance(alt, dict) and _token_entry(alt):
-                top[alt["token"]] = max(float(alt["logprob"]), top.get(alt["token"], -math.inf))
-        pieces.append(entry["token"])
-        values.append((float(entry["logprob"]), dict(sorted(top.items(), key=lambda t: -t[1])[:k])))
-    raw = [entry.get("bytes") for entry in content]
-    if raw and all(isinstance(b, list) and all(type(x) is int and 0 <= x < 256 for x in b) for b in raw):
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        pieces = [decoder.decode(bytes(b)) for b in raw]
-        pieces[-1] += decoder.decode(b"", final=True)
-    keep = len(pieces)
-    if "".join(pieces).startswith(text):  # otherwise the offsets mean nothing: keep every token
-        keep = offset = 0
-        while keep < len(pieces) and offset < len(text):
-            offset += len(pieces[keep])
-            keep += 1
-    return tuple(TokenLogprob(piece, *value) for piece, value in zip(pieces[:keep], values))
-
-
-def _token_entry(entry: dict[str, Any]) -> bool:
-    """Whether `entry` has a string `token` and a numeric `logprob`."""
-    logprob = entry.get("logprob")
-    numeric = isinstance(logprob, (int, float)) and not isinstance(logprob, bool)
-    return numeric and isinstance(entry.get("token"), str)
-
-
-def _first_token_alternatives(payload: dict[str, Any]) -> list[tuple[str, float]] | Failure:
-    """(token, logprob) pairs ranked at the first generated position: `top_logprobs` and the chosen token."""
-    choices = payload.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return Failure(FailureCategory.MALFORMED_RESPONSE, "response has no choices")
-    logprobs = choices[0].get("logprobs")
-    content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not isinstance(content, list) or not content or not isinstance(content[0], dict):
-        return Failure(
-            FailureCategory.UNSUPPORTED,
-            "the server did not return logprobs (it may not support logprobs/top_logprobs for this model)",
-        )
-    first = content[0]
-    entries = [*(first.get("top_logprobs") or []), first]
-    pairs = []
-    for entry in entries:
-        if not isinstance(entry, dict):
-            continue
-        token, logprob = entry.get("token"), entry.get("logprob")
-        if isinstance(token, str) and isinstance(logprob, (int, float)) and not isinstance(logprob, bool):
-            pairs.append((token, float(logprob)))
-    if not pairs:
-        return Failure(FailureCategory.MALFORMED_RESPONSE, "logprobs have no (token, logprob) entries")
-    return pairs
-
-
-def match_candidates(
-    alternatives: Sequence[tuple[str, float]], candidates: Sequence[str]
-) -> dict[str, float]:
-    """Each candidate's log-probability among `alternatives`, comparing without leading whitespace.
-
-    Several tokens can match one candidate (`Yes`, ` Yes`): the largest logprob wins. Unlisted -> `-inf`.
-    """
-    best: dict[str, float] = {}
-    for token, logprob in alternatives:
-        key = token.lstrip()
-        if logprob > best.get(key, -math.inf):
-            best[key] = logprob
-    return {c: best.get(c.lstrip(), -math.inf) for c in candidates}
-

@@ -1,7 +1,7 @@
 """The roles an OpenAI-compatible chat API cannot serve, taken from vLLM's own endpoints: loglikelihoods of given
 text (`/tokenize`, `/detokenize`, `/v1/completions` with prompt logprobs) and reward-model scores (`/classify` on a
-server started with the pooling runner). `ServedRoles` is mixed into `OpenAIBackend`, whose request machinery
-(retries, concurrency, probes, response bounds) it uses; see that module's docstring for the behaviour.
+server started with the pooling runner). `ServedRoles` is mixed into `OpenAIBackend`, whose request machinery it
+uses: retries, concurrency and response bounds (`harness.backends.openai_transport`) and probes (`OpenAIBackend`).
 """
 
 from __future__ import annotations

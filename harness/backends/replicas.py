@@ -18,7 +18,7 @@
   known, else the sorted server URLs, masked): a request has one call-cache entry whichever replica served it.
   URLs are shown and stored only masked (`harness.redact.mask_url`): the counts per replica, the identity, the
   lines on stderr.
-- **Concurrency per replica.** Each replica keeps its own adaptive limit (`harness.backends.openai_backend`).
+- **Concurrency per replica.** Each replica keeps its own adaptive limit (`harness.backends.openai_transport`).
 """
 
 from __future__ import annotations

@@ -23,14 +23,9 @@ from harness.backends.base import (
     TokenLogprob,
     user_chat,
 )
-from harness.backends.openai_backend import (
-    OpenAIBackend,
-    _AdaptiveLimit,
-    _Pacer,
-    match_candidates,
-    normalise_base_url,
-    retry_after_seconds,
-)
+from harness.backends.openai_backend import OpenAIBackend
+from harness.backends.openai_format import match_candidates
+from harness.backends.openai_transport import _AdaptiveLimit, _Pacer, normalise_base_url, retry_after_seconds
 from harness.commands.bench_api import format_bench_api, run_bench_api
 from harness.errors import BackendUnavailableError, FailureCategory
 from harness.loopback import (
