@@ -58,20 +58,31 @@ class ServeModelConfig(BaseModel):
 
 
 class RunConfig(BaseModel):
-    """Settings of `harness run TABLE` (written, resolved, into the run's manifest)."""
+    """Settings of `harness run TABLE` (written, resolved, into the run's manifest).
 
-    model_config = ConfigDict(extra="forbid")
+    A field's docstring is its description, and the help of its command-line option where a verb takes one
+    (`harness.commands.options.run_option`: `--limit`, `--seeds`, `--seed`, `--data-dir`, `--out`, `--parallel`,
+    `--preset`, `--coevolve`); a verb states its own default there. Left None, `seeds` takes the table's (5 for
+    table1, 1 for the policy tables), `parallel` 8 (32 for policy tables) and `out` runs/TABLE-PRESET.
+    """
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     table: str | None = None
     preset: Literal["paper", "cpu"] = "paper"
+    """The rows' models: paper (the paper's) | cpu (smollm2-135m everywhere)."""
     limit: int | None = Field(default=None, ge=1)
+    """Only the first N items of each benchmark (prompts of a prompt file, documents of an lm-eval task)."""
     seeds: int | None = Field(default=None, ge=1)
-    """Repeats per item (AVG@k); default: the table's (5 for table1, 1 for the policy tables)."""
+    """Repeats per item (AVG@k)."""
     seed: int = 0
+    """Run seed; the seeds of items, repeats and samples derive from it."""
     data_dir: Path | None = None
+    """Upstream benchmark files (else the Hub)."""
     out: Path | None = None
+    """Run directory (rerun into it to resume)."""
     parallel: int | None = Field(default=None, ge=1)
-    """Units in flight at once; default 8 (evaluator tables), 32 (policy tables)."""
+    """Sets scored (policy tables: answers generated) concurrently."""
     rows: dict[str, str] = Field(default_factory=dict)
     """Row label -> evaluator spec (policy tables: the policy's model spec, e.g. `vllm:DIR` of your checkpoint),
     replacing the preset's spec of that row."""
@@ -96,7 +107,8 @@ class RunConfig(BaseModel):
     verifiers: dict[str, str] = Field(default_factory=dict)
     """table5: verifier label -> model spec, the grid's verifiers (default: the table's)."""
     coevolve: Path | None = None
-    """fig2 and table9: a `harness train coevolve` output dir; its `coevolve.json` names the rows' checkpoints."""
+    """fig2, table9: a `harness train coevolve` output dir; its checkpoints (named in its coevolve.json) are the rows
+    (G0, G1, G2, G2-stale; P1, P2, P2-stale)."""
     backend: dict[str, Any] = Field(default_factory=dict)
     """BackendOptions fields (base_url, concurrency, timeout, max_attempts, batch_size, ...), checked by
     `backend_options` when the config is loaded."""

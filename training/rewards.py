@@ -64,7 +64,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -514,8 +514,3 @@ def _stats(rewards: Sequence[float | None], lengths: Sequence[int], group_size: 
 def _split(split: Sequence[str] | None) -> str:
     """The split of one reward call's rows (`train` when the dataset has no `split` column)."""
     return split[0] if split else "train"
-
-
-def reward_columns(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The columns a reward reads from one dataset row (for callers that score outside TRL)."""
-    return {k: row[k] for k in ("question", "responses", "anchor", "row", "split") if k in row}

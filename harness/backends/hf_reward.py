@@ -78,12 +78,6 @@ def pad_rows(torch: Any, rows: list[list[int]], pad_id: int, *, left: bool, devi
     return ids.to(device), mask.to(device)
 
 
-def classifier_pad_id(model: Any) -> int | None:
-    """The id a sequence classifier's head treats as padding (None: it cannot read padded rows)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return getattr(config, "pad_token_id", None)
-
-
 def classifier_logits(torch: Any, model: Any, rows: list[list[int]], pad_id: int | None) -> list[float]:
     """The `num_labels=1` logit of each row (one right-padded forward pass)."""
     ids, mask = pad_rows(torch, rows, pad_id if pad_id is not None else 0, left=False, device=model.device)

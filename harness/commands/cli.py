@@ -22,10 +22,14 @@ from harness.commands.options import (
     Backend,
     Devices,
     EndpointsOption,
+    EvalRun,
+    LmEvalRun,
     NoCacheOption,
     Outputs,
     OverwriteOption,
+    PromptSet,
     Sampling,
+    ScoreRun,
     TableRun,
     TrainRun,
     WaitOption,
@@ -163,13 +167,12 @@ def generate(
     benchmark: Annotated[Optional[str], typer.Option(
         "--benchmark", help="A policy benchmark's prompts: alpaca_eval2, arena_hard_v2, wildbench, writingbench.")
     ] = None,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Local benchmark files.")] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Use only the first N prompts.")] = None,
     bench_option: Annotated[Optional[list[str]], typer.Option(
         "--bench-option", metavar="KEY=VALUE", help="An option of the benchmark's loader, e.g. subset=length "
         "(writingbench) or missing_baseline=skip (arena_hard_v2); repeatable.")] = None,
     show: Annotated[int, typer.Option("--show", min=0, help="Print the first N generated texts.")] = 0,
     *,
+    prompt_set: PromptSet,
     sampling: Sampling,
     backend: Backend,
     outputs: Outputs,
@@ -181,8 +184,8 @@ def generate(
     with _stoppable():
         from harness.commands.prompts import generate_samples
 
-        summary = generate_samples(model, out, prompts=prompts, benchmark=benchmark, data_dir=data_dir,
-                                   limit=limit, bench_option=bench_option, sampling=sampling, backend=backend,
+        summary = generate_samples(model, out, prompts=prompts, benchmark=benchmark,
+                                   data_dir=prompt_set.data_dir, limit=prompt_set.limit, bench_option=bench_option, sampling=sampling, backend=backend,
                                    outputs=outputs)
         if show:
             _show_generations(out, show)
@@ -337,15 +340,9 @@ def eval_(
     label: Annotated[Optional[str], typer.Option(
         "--label", help="Row label (default: the evaluator spec). `harness compare` matches rows by label: give a "
         "baseline and a candidate checkpoint the same one.")] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", min=1)] = None,
-    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Repeats per item (AVG@k).")] = 1,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir")] = None,
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Run directory (default runs/eval-BENCHMARK-<hash of the evaluator spec>).")] = None,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    parallel: Annotated[int, typer.Option("--parallel", min=1, help="Sets scored concurrently.")] = 8,
     endpoints: EndpointsOption = None,
     *,
+    args: EvalRun,
     backend: Backend,
     devices: Devices,
     outputs: Outputs,
@@ -362,13 +359,14 @@ def eval_(
         from harness.commands.setup import endpoints as read_endpoints
         from harness.plan import resolve_devices
 
-        plan = RunPlan(rows={label or evaluator: evaluator}, benchmarks=(benchmark,), seeds=seeds, seed=seed,
-                       limit=limit, data_dir=data_dir,
+        plan = RunPlan(rows={label or evaluator: evaluator}, benchmarks=(benchmark,), seeds=args.seeds,
+                       seed=args.seed, limit=args.limit, data_dir=args.data_dir,
                        devices=resolve_devices(None, **dataclasses.asdict(devices)))
-        config = {"evaluator": evaluator, "label": label, "benchmark": benchmark, "limit": limit, "seeds": seeds,
-                  "data_dir": str(data_dir) if data_dir else None, "seed": seed, "parallel": parallel}
-        out = out or Path("runs") / f"eval-{benchmark}-{hashlib.sha256(evaluator.encode()).hexdigest()[:8]}"
-        _run_and_report(plan, out, options=backend_options(backend), config=config, parallel=parallel,
+        config = {"evaluator": evaluator, "label": label, "benchmark": benchmark, "limit": args.limit,
+                  "seeds": args.seeds, "data_dir": str(args.data_dir) if args.data_dir else None, "seed": args.seed,
+                  "parallel": args.parallel}
+        out = args.out or Path("runs") / f"eval-{benchmark}-{hashlib.sha256(evaluator.encode()).hexdigest()[:8]}"
+        _run_and_report(plan, out, options=backend_options(backend), config=config, parallel=args.parallel,
                         command="eval", outputs=outputs,
                         endpoints=read_endpoints(None, endpoints, where="command line"))
 
@@ -379,9 +377,8 @@ def score(
     evaluator: Annotated[str, typer.Option("--evaluator", "-e", help="Evaluator spec (harness list evaluators).")],
     input: Annotated[Path, typer.Option("--input", "-i", help="JSONL of {id, prompt, responses: [...]}.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL, one line per set: scores + trace.")],
-    seed: Annotated[int, typer.Option("--seed", help="Run seed; per-set seeds derive from it and the id.")] = 0,
-    parallel: Annotated[int, typer.Option("--parallel", min=1, help="Sets scored concurrently.")] = 8,
     *,
+    args: ScoreRun,
     backend: Backend,
     outputs: Outputs,
 ) -> None:
@@ -394,7 +391,7 @@ def score(
     with _stoppable():
         from harness.commands.score import score_file
 
-        summary = score_file(evaluator, input, out, seed=seed, parallel=parallel, backend=backend,
+        summary = score_file(evaluator, input, out, seed=args.seed, parallel=args.parallel, backend=backend,
                              outputs=outputs)
     _finish(summary, str(out))
 
@@ -496,19 +493,18 @@ def lm_eval_(
     out: Annotated[Path, typer.Option("--out", "-o", help="Run directory (results.json, table.md, records).")],
     include_path: Annotated[Optional[Path], typer.Option(
         "--include-path", help="A folder of your own lm-eval task YAMLs.")] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="The first N documents per task.")] = None,
     num_fewshot: Annotated[Optional[int], typer.Option(
         "--num-fewshot", min=0, help="Few-shot examples (default: each task's).")] = None,
     apply_chat_template: Annotated[bool, typer.Option(
         "--apply-chat-template", help="Build each context as a chat (lm-eval's flag: few-shot examples as turns); "
         "without it a context goes as one user turn.")] = False,
-    seed: Annotated[int, typer.Option("--seed", help="lm-eval's seeds and the seeds of sampled requests.")] = 0,
     bootstrap_iters: Annotated[int, typer.Option(
         "--bootstrap-iters", min=0, help="lm-eval's bootstrap resamples for standard errors.")] = 1000,
     no_cache: NoCacheOption = False,
     overwrite: OverwriteOption = False,
     wait: WaitOption = False,
     *,
+    args: LmEvalRun,
     backend: Backend,
 ) -> None:
     """Run lm-evaluation-harness tasks on a model through this harness' backends and call cache, with lm-eval's
@@ -522,9 +518,9 @@ def lm_eval_(
     from harness.lmeval import run_lm_eval, summary_lines
 
     names = [t.strip() for t in tasks.split(",") if t.strip()]
-    run_lm_eval(model, names, out, include_path=include_path, limit=limit, num_fewshot=num_fewshot,
-                chat_template=apply_chat_template, seed=seed, options=backend_options(backend), no_cache=no_cache,
-                overwrite=overwrite, wait=wait, bootstrap_iters=bootstrap_iters)
+    run_lm_eval(model, names, out, include_path=include_path, limit=args.limit, num_fewshot=num_fewshot,
+                chat_template=apply_chat_template, seed=args.seed, options=backend_options(backend),
+                no_cache=no_cache, overwrite=overwrite, wait=wait, bootstrap_iters=bootstrap_iters)
     typer.echo("\n".join(summary_lines(out)))
 
 

@@ -6,9 +6,13 @@ options): a verb names a group as one parameter and `@takes_groups` spreads it i
 - `Devices`: the GPUs the local models share (`--gpus`, `--gpu-memory`); `EndpointsOption` names the models served
   elsewhere (`--endpoints`).
 - `Outputs`: how a resumable output is written (`--no-cache`, `--overwrite`, `--wait`, `--retry-failed`).
+- Run options (`--limit`, `--seeds`, `--seed`, `--data-dir`, `--out`, `--parallel`, `--preset`, `--coevolve`): a
+  `RunConfig` field each, declared there (type, minimum, help from the field's docstring); a group takes one with
+  `run_option(default)`, so every verb shows the same option with its own default.
 - `Sampling`: how `generate` samples (`--n`, `--temperature`, `--top-p`, `--max-tokens`, `--stop`, `--seed`).
 - `TableRun`: what `run` reads besides the backend; `plan` and `serve` take the same, so one command line with the
   verb changed plans or serves that run.
+- `EvalRun`, `ScoreRun`, `PromptSet`, `LmEvalRun`: the run options of `eval`, `score`, `generate` and `lm-eval`.
 - `TrainRun`: what `train` reads: the config and what overrides it, the held-out evaluation and the learning
   comparison (`--seeds`, `--control`).
 """
@@ -55,6 +59,13 @@ def _finite(value: Optional[float]) -> Optional[float]:
     return value
 
 
+def run_option(default: Any = None, *, shown: str | None = None) -> Any:
+    """A group's field that is the command-line option of `RunConfig`'s field of the same name: its flag
+    (`--field-name`), type, minimum and help come from there (`_run_option`); `default` is the verb's, `shown`
+    what `--help` says of a None default."""
+    return dataclasses.field(default=default, metadata={"run_config": True, "shown": shown})
+
+
 @dataclass(frozen=True)
 class Devices:
     gpus: Annotated[Optional[int], typer.Option(
@@ -82,24 +93,22 @@ class Sampling:
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 512
     stop: Annotated[Optional[list[str]], typer.Option(
         "--stop", help="A stop string: the text ends before it (repeatable).")] = None
-    seed: Annotated[int, typer.Option("--seed", help="Run seed; per-prompt seeds derive from it.")] = 0
+    seed: int = run_option(0)
 
 
 @dataclass(frozen=True)
 class TableRun:
-    preset: Annotated[Optional[str], typer.Option(
-        "--preset", help="paper (default) | cpu (smollm2-135m everywhere).")] = None
+    """`run`'s options: None is "not given" (the config's value, else the table's)."""
+
+    preset: Optional[str] = run_option(shown="the config's, else paper")
     config: Annotated[Optional[Path], typer.Option(
         "--config", help="YAML settings; unknown keys are errors.")] = None
-    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="First N items per benchmark.")] = None
-    seeds: Annotated[Optional[int], typer.Option(
-        "--seeds", min=1, help="Repeats per item, AVG@k (default: the table's).")] = None
-    data_dir: Annotated[Optional[Path], typer.Option(
-        "--data-dir", help="Upstream benchmark files (else the Hub).")] = None
-    out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (rerun into it to resume).")] = None
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Run seed.")] = None
-    parallel: Annotated[Optional[int], typer.Option(
-        "--parallel", min=1, help="Sets scored (policy tables: answers generated) concurrently.")] = None
+    limit: Optional[int] = run_option()
+    seeds: Optional[int] = run_option(shown="the config's, else the table's")
+    data_dir: Optional[Path] = run_option()
+    out: Optional[Path] = run_option(shown="the config's, else runs/TABLE-PRESET")
+    seed: Optional[int] = run_option(shown="the config's, else 0")
+    parallel: Optional[int] = run_option(shown="the config's, else 8; policy tables 32")
     judge: Annotated[Optional[str], typer.Option(
         "--judge", help="Policy tables: the judge model spec (default: the preset's).")] = None
     judge_base_url: Annotated[Optional[str], typer.Option(
@@ -115,9 +124,7 @@ class TableRun:
     item: Annotated[Optional[list[str]], typer.Option(
         "--item", metavar="BENCH:ID", help="Run just this item (repeatable; table9: the case study's one item).")] = (
         None)
-    coevolve: Annotated[Optional[Path], typer.Option(
-        "--coevolve", help="fig2, table9: a `harness train coevolve` output dir; its checkpoints are the rows (G0, "
-        "G1, G2, G2-stale; P1, P2, P2-stale).")] = None
+    coevolve: Optional[Path] = run_option()
     gap: Annotated[bool, typer.Option(
         "--gap", help="Evaluator tables: also print the score gap (mean score(preferred) - score(other)) after each "
         "benchmark's accuracy; the paper's rows print dashes there. Recorded in the run: `harness report` keeps "
@@ -127,11 +134,47 @@ class TableRun:
         """The run config's fields given here (`harness.config.load_run_config` puts them over the file's)."""
         from harness.config import items_option
 
-        return {"table": table, "items": items_option(self.item), "coevolve": self.coevolve, **{
-            k: getattr(self, k) for k in ("preset", "limit", "seeds", "data_dir", "out", "seed", "parallel")}}
+        return {"table": table, "items": items_option(self.item), **{
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("run_config")}}
 
     def judge_given(self) -> dict[str, str | None]:
         return {"judge": self.judge, "base_url": self.judge_base_url, "api_key_env": self.judge_api_key_env}
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    """`eval`'s run options: one evaluator on one benchmark, no table to take defaults from."""
+
+    limit: Optional[int] = run_option()
+    seeds: int = run_option(1)
+    data_dir: Optional[Path] = run_option()
+    out: Optional[Path] = run_option(shown="runs/eval-BENCHMARK-<hash of the evaluator spec>")
+    seed: int = run_option(0)
+    parallel: int = run_option(8)
+
+
+@dataclass(frozen=True)
+class ScoreRun:
+    """`score`'s run options (its `--out` is the output file, not a run directory)."""
+
+    seed: int = run_option(0)
+    parallel: int = run_option(8)
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """Which prompts `generate` reads from a benchmark (its `--seed` is `Sampling`'s)."""
+
+    data_dir: Optional[Path] = run_option()
+    limit: Optional[int] = run_option()
+
+
+@dataclass(frozen=True)
+class LmEvalRun:
+    """`lm-eval`'s run options (its `--out` is required)."""
+
+    limit: Optional[int] = run_option()
+    seed: int = run_option(0)
 
 
 @dataclass(frozen=True)
@@ -183,6 +226,29 @@ def _backend_parameters() -> list[tuple[str, Any, Any]]:
     return found
 
 
+def _run_option(f: dataclasses.Field) -> Any:
+    """The annotation of a group's `run_option` field: the option of `RunConfig`'s field of that name, its type
+    (a `Literal` read as `str`, checked when the config is built), minimum (`ge`) and help (its docstring).
+
+    Raises:
+        TypeError: when `RunConfig` has no such field, or the field has no docstring.
+    """
+    from harness.config import RunConfig
+
+    declared = RunConfig.model_fields.get(f.name)
+    if declared is None or not declared.description:
+        raise TypeError(f"run_option {f.name!r}: RunConfig has no field of that name with a docstring")
+    kind = declared.annotation
+    if typing.get_origin(kind) is typing.Literal:
+        kind = str
+    kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind)
+    minimum = next((m.ge for m in declared.metadata if hasattr(m, "ge")), None)
+    shown = f.metadata["shown"] if f.default is None else True
+    option = typer.Option("--" + f.name.replace("_", "-"), min=minimum, help=" ".join(declared.description.split()),
+                          show_default=shown or False)
+    return Annotated[Optional[kind] if f.default is None else kind, option]
+
+
 _PANELS = {Devices: "Devices", Outputs: "Outputs"}
 
 
@@ -192,6 +258,9 @@ def _group_parameters(group: type) -> list[tuple[str, Any, Any]]:
     hints = typing.get_type_hints(group, include_extras=True)
     found = []
     for f in dataclasses.fields(group):
+        if f.metadata.get("run_config"):
+            found.append((f.name, _run_option(f), f.default))
+            continue
         annotation = hints[f.name]
         if group in _PANELS:
             kind, option = typing.get_args(annotation)
@@ -202,7 +271,7 @@ def _group_parameters(group: type) -> list[tuple[str, Any, Any]]:
     return found
 
 
-GROUPS = (Backend, Devices, Outputs, Sampling, TableRun, TrainRun)
+GROUPS = (Backend, Devices, Outputs, Sampling, TableRun, EvalRun, ScoreRun, PromptSet, LmEvalRun, TrainRun)
 
 
 def takes_groups(verb: Callable) -> Callable:

@@ -180,3 +180,47 @@ def test_no_verb_is_longer_than_40_lines():
     long = {n.name: n.end_lineno - n.lineno + 1 for n in tree.body
             if isinstance(n, ast.FunctionDef) and n.decorator_list and n.end_lineno - n.lineno + 1 > 40}
     assert not long, f"verbs over 40 lines (move the work into a module): {long}"
+
+
+def test_run_options_are_declared_once_in_the_run_config():
+    """Every verb's `--limit`, `--seeds`, `--seed`, `--data-dir`, `--out`, `--parallel`, `--preset` and
+    `--coevolve` is `RunConfig`'s field of that name: one flag, its docstring as the help and its minimum, whatever
+    the verb's default."""
+    import typer
+    from typer.testing import CliRunner
+
+    from harness.commands import cli
+    from harness.commands.options import EvalRun, takes_groups
+    from harness.config import RunConfig
+
+    command = typer.main.get_command(cli.app)
+    taken = {"run": 8, "plan": 8, "serve": 8, "eval": 6, "score": 2, "generate": 3, "lm-eval": 2}
+    for verb, count in taken.items():
+        params = command.commands[verb].params
+        found = {}
+        for p in params:
+            name = p.name.rpartition("__")[2]
+            field = RunConfig.model_fields.get(name)
+            if field is None or getattr(p, "help", None) != " ".join((field.description or "-").split()):
+                continue
+            found[name] = p
+            assert p.opts == ["--" + name.replace("_", "-")], (verb, p.opts)
+        assert len(found) == count, (verb, sorted(found))
+        shown = CliRunner().invoke(cli.app, [verb, "--help"], env={"COLUMNS": "400"}).output
+        for name in found:
+            flag = "--" + name.replace("_", "-")
+            assert shown.count(f" {flag} ") == 1, (verb, flag)
+
+    seen = {}
+
+    @takes_groups
+    def verb(name: str, *, args: EvalRun) -> None:
+        seen.update(name=name, args=args)
+
+    app = typer.Typer()
+    app.command()(verb)
+    result = CliRunner().invoke(app, ["x", "--limit", "3", "--data-dir", "d"])
+    assert result.exit_code == 0, result.output
+    assert seen["args"] == EvalRun(limit=3, data_dir=Path("d"), seeds=1, seed=0, parallel=8)
+    refused = CliRunner().invoke(app, ["x", "--seeds", "0"])
+    assert refused.exit_code == 2 and "--seeds" in refused.output
