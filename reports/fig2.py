@@ -19,11 +19,6 @@ from types import MappingProxyType
 
 from reports.evaluator_tables import ACC_COLUMNS
 from reports.paper import FIG2
-
-# `harness.commands.panels` imports the figure folder's writers from here (they live in reports.panels and
-# reports.report, which import nothing of this module).
-from reports.panels import mark_panels  # noqa: F401
-from reports.report import write_panel_reports  # noqa: F401
 from reports.rows import coevolve_shape
 from reports.tables import (
     CPU_DR,

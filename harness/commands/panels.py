@@ -1,5 +1,5 @@
 """`harness run FIGURE` for a figure of panels (fig2): each panel is an ordinary `harness run` of its own table
-into OUT/PANEL, then the figure and the tables of both panels are drawn into OUT (`reports.fig2`).
+into OUT/PANEL, then the figure and the tables of both panels are drawn into OUT (`reports.report.write_panel_reports`).
 
 Every panel gets the command line as given, less what belongs to the others: a judge (`--judge` and its options)
 only reaches a policy panel, a `--bench-option` only the panel with that benchmark (the config file's keys are
@@ -36,7 +36,8 @@ def run_panels(table: str, args: Any, run_one: Callable[[str, Any], None]) -> No
             failures.
     """
     from harness.config import load_run_config
-    from reports.fig2 import mark_panels, write_panel_reports
+    from reports.panels import mark_panels
+    from reports.report import write_panel_reports
     from reports.tables import get_table
 
     figure = get_table(table)
