@@ -196,7 +196,7 @@ class RubricEvaluator:
             structured=self.structured,
         )
         raw["verifier"] = found.raw
-        scores, pass_rates, disc, saturated = _summarise(rubric, found.verdicts)
+        scores, pass_rates, disc, saturated = summarise_verdicts(rubric, found.verdicts)
         trace = Trace(
             failures=found.failures,
             rubric=[{"criterion": i.criterion, "weight": i.weight} for i in rubric.items],
@@ -214,10 +214,11 @@ class RubricEvaluator:
         """Nothing to release: the backends belong to the pool, which closes them."""
 
 
-def _summarise(
+def summarise_verdicts(
     rubric: Rubric, verdicts: list[list[float | None]]
 ) -> tuple[list[float | None], list[float | None], list[float | None], float | None]:
-    """Scores, per-item pass rates and p(1-p), and the saturated share, over the fully verified responses."""
+    """Scores, per-item pass rates and p(1-p), and the saturated share, over the fully verified responses (a
+    response with a missing verdict is unscored); also the held-out fixed rubrics' scores (`training.heldout`)."""
     m, k = len(verdicts), len(verdicts[0])
     scored = [j for j in range(k) if all(row[j] is not None for row in verdicts)]
     scores: list[float | None] = [None] * k

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError
-from judges.rubric import Rubric, RubricItem, aggregate
+from judges.rubric import Rubric, RubricItem
 
 RUBRICS = "heldout_rubrics.jsonl"
 SCORES = "eval_scores.jsonl"
@@ -83,41 +83,33 @@ class FixedRubrics:
 
 
 async def score_fixed(evaluator: Any, rubrics: FixedRubrics, *, row: str, question: str, responses: Sequence[str],
-                      seed: int, step: int) -> tuple[list[float | None], Any, str | None]:
+                      seed: int, step: int) -> tuple[list[float | None], float | None, Any, str | None]:
     """Scores of one held-out group under `row`'s fixed rubric: the evaluator's own `score_set` at the evaluation
     that makes the rubrics (its rubric is then stored), a verification against the stored rubric afterwards.
-    Returns (scores, the `score_set` trace or the `Verification`, or None: no rubric; the cause of the unscored
-    ones: `parse` for a prompt with no rubric, `verify` for a missing verdict).
+    Returns (scores, the saturated share of the rubric's items, the `score_set` trace or the `Verification`, or
+    None: no rubric; the cause of the unscored ones: `parse` for a prompt with no rubric, `verify` for a missing
+    verdict).
 
     `evaluator` is a `judges.dynamic.RubricEvaluator` (its `verifier`, `mode`, `verify_max_tokens`, `structured`).
     """
+    from judges.dynamic import summarise_verdicts
     from judges.verify import verify
 
     rubric = rubrics.get(row)
     making = rubrics.making(step)
     if rubric is None and not making:
-        return [None] * len(responses), None, "parse"
+        return [None] * len(responses), None, None, "parse"
     if rubric is None:
         result = await evaluator.score_set(question, responses, seed=seed)
         if result.trace.rubric:
             rubrics.add(row, result.trace.rubric, step=step)
         stages = {f.stage for f in result.trace.failures}
-        return list(result.scores), result.trace, "parse" if "generate_rubric" in stages else "verify"
+        return (list(result.scores), result.trace.saturated_share, result.trace,
+                "parse" if "generate_rubric" in stages else "verify")
     found = await verify(evaluator.verifier, question, responses, rubric, mode=evaluator.mode,
                          max_tokens=evaluator.verify_max_tokens, structured=evaluator.structured)
-    return _scores(rubric, found.verdicts), found, "verify"
-
-
-def _scores(rubric: Rubric, verdicts: Sequence[Sequence[float | None]]) -> list[float | None]:
-    """Each fully verified response's rubric score (None where a verdict is missing)."""
-    k = len(verdicts[0]) if verdicts else 0
-    scored = [j for j in range(k) if all(row[j] is not None for row in verdicts)]
-    out: list[float | None] = [None] * k
-    if scored:
-        matrix = np.array([[row[j] for j in scored] for row in verdicts], dtype=float)
-        for j, s in zip(scored, aggregate(rubric.weights, matrix)):
-            out[j] = float(s)
-    return out
+    scores, _, _, saturated = summarise_verdicts(rubric, found.verdicts)
+    return scores, saturated, found, "verify"
 
 
 @dataclass(frozen=True, slots=True)

@@ -398,19 +398,15 @@ class PolicyReward:
                      heldout: bool) -> tuple[list[float | None], Any, int, float | None, list[str | None], int]:
         """(scores, trace, rubric size, saturated share, unscored cause per completion, backend calls) of one
         group: the evaluator's `score_set`, or on held-out rows the prompt's fixed rubric."""
-        from judges.rubric import saturated_share
         from training.heldout import score_fixed
 
         if heldout and self.fixed is not None:
-            scores, found, cause = await score_fixed(self.evaluator, self.fixed, row=row, question=question,
-                                                     responses=texts, seed=seed, step=step)
+            scores, saturated, found, cause = await score_fixed(
+                self.evaluator, self.fixed, row=row, question=question, responses=texts, seed=seed, step=step)
             rubric = self.fixed.get(row)
             causes = [cause if s is None else None for s in scores]
             if found is None:  # the prompt has no rubric
                 return scores, None, 0, None, causes, 0
-            # A `score_set` trace (the evaluation that made the rubric) or a `Verification`: both hold the verdicts.
-            done = [v for v in zip(*(found.verdicts or ())) if all(x is not None for x in v)]
-            saturated = saturated_share(np.array(done, dtype=float).T) if done else None
             return scores, found, len(rubric) if rubric is not None else 0, saturated, causes, found.calls
         result = await self.evaluator.score_set(question, texts, seed=seed)
         trace = result.trace
