@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from benchmarks.base import PolicyItem
 from harness.errors import Failure
@@ -35,6 +35,9 @@ class LabelJudgment:
 
 class CodeScopeChecker:
     """Exact match of the extracted label with the gold one (see the module docstring)."""
+
+    needs_model: ClassVar[bool] = False
+    """A checker: the run's judge model is not asked (`judges.policy.judge_needs_model`)."""
 
     def __init__(self, backend: Any = None) -> None:
         del backend  # a checker, not a judge

@@ -22,7 +22,7 @@ import queue
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from benchmarks.base import PolicyItem
 from harness.errors import ConfigError, Failure, FailureCategory
@@ -129,6 +129,9 @@ class MathChecker:
     Raises:
         ConfigError: when math-verify is not installed (the `verifiable` extra), or for bad settings.
     """
+
+    needs_model: ClassVar[bool] = False
+    """A checker: the run's judge model is not asked (`judges.policy.judge_needs_model`)."""
 
     def __init__(self, backend: Any = None, *, timeout_s: float = DEFAULT_TIMEOUT_S, workers: int = 2) -> None:
         del backend  # a checker, not a judge: the table's judge model is not used

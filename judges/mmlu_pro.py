@@ -14,7 +14,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from benchmarks.base import PolicyItem
 from harness.errors import Failure
@@ -48,6 +48,9 @@ class LetterJudgment:
 
 class MMLUProChecker:
     """Exact match of the extracted letter with the gold one (see the module docstring)."""
+
+    needs_model: ClassVar[bool] = False
+    """A checker: the run's judge model is not asked (`judges.policy.judge_needs_model`)."""
 
     def __init__(self, backend: Any = None, *, random_guess: bool = False) -> None:
         del backend  # a checker, not a judge

@@ -72,6 +72,11 @@ def judged_benchmarks() -> list[str]:
     return names("judge")
 
 
+def judge_needs_model(benchmark: str) -> bool:
+    """Whether the benchmark's judge asks a model: False for a checker (its class sets `needs_model = False`)."""
+    return bool(getattr(_judge_class(benchmark), "needs_model", True))
+
+
 def judge_options(benchmark: str) -> list[str]:
     """The settings the benchmark's judge takes (its constructor's keywords, the backend aside)."""
     params = inspect.signature(_judge_class(benchmark).__init__).parameters

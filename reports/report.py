@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import typing
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -23,18 +24,23 @@ from reports.figure import render_figure, render_panels
 from reports.panels import PANELS_FILE, panels_of
 from reports.render import render_csv, render_latex, render_markdown
 from reports.results import NDCG_TIES, benchmark, compute_results, macro_average
-from reports.tables import Column, Row, TableSpec, get_table
+from reports.tables import Column, PolicySetup, Preset, Row, TableSpec, get_table
+
+PRESETS = typing.get_args(Preset)
 
 
-def adhoc_table(rows: dict[str, str], benchmarks: list[str]) -> TableSpec:
-    """A table for an `harness eval` run: its rows, and every metric its benchmarks declare; no paper numbers."""
+def adhoc_table(rows: dict[str, str], benchmarks: list[str], judge: dict[str, Any] | None = None) -> TableSpec:
+    """A table for an `harness eval` run: its rows, and every metric its benchmarks declare; no paper numbers.
+    `judge`: a policy run's (its manifest's), which makes it a policy table."""
     columns = [Column(name, m.name) for name in benchmarks for m in benchmark(name).metrics]
+    setups = None if judge is None else MappingProxyType({p: PolicySetup(judge.get("model")) for p in PRESETS})
     return TableSpec(
         name="eval",
-        title="Evaluator results",
-        rows=tuple(Row(label, None, MappingProxyType({"paper": spec, "cpu": spec})) for label, spec in rows.items()),
+        title="Evaluator results" if judge is None else "Policy results",
+        rows=tuple(Row(label, None, MappingProxyType({p: spec for p in PRESETS})) for label, spec in rows.items()),
         columns=tuple(columns),
         paper=MappingProxyType({}),
+        setups=setups,
     )
 
 
@@ -112,7 +118,8 @@ def write_reports(run_dir: Path, *, gap: bool | None = None) -> dict[str, Any]:
     if table:
         spec = dataclasses.replace(report_spec(get_table(table), rows), gap=gap_wanted(manifest, gap))
     else:
-        spec = adhoc_table(rows, list(manifest.get("benchmark_kinds") or dict.fromkeys(r.benchmark for r in records)))
+        spec = adhoc_table(rows, list(manifest.get("benchmark_kinds") or dict.fromkeys(r.benchmark for r in records)),
+                           manifest.get("judge"))
     results = compute_results(records, rows)
     notes = [f"preset: {config.get('preset', '-')}; repeats: {config.get('seeds')}; "
              f"records: {len(records)}; status: {manifest.get('status')}"]

@@ -23,6 +23,7 @@ from harness.commands.options import (
     Devices,
     EndpointsOption,
     EvalRun,
+    PolicyEval,
     LmEvalRun,
     NoCacheOption,
     Outputs,
@@ -335,37 +336,41 @@ def _run_and_report(plan, out_dir: Path, *, options, config: dict, parallel: int
 @app.command("eval")
 @takes_groups
 def eval_(
-    evaluator: Annotated[str, typer.Option("--evaluator", "-e", help="Evaluator spec (harness list evaluators).")],
     benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="Benchmark (harness list benchmarks).")],
+    evaluator: Annotated[Optional[str], typer.Option(
+        "--evaluator", "-e", help="Evaluator benchmarks: the evaluator spec (harness list evaluators).")] = None,
     label: Annotated[Optional[str], typer.Option(
-        "--label", help="Row label (default: the evaluator spec). `harness compare` matches rows by label: give a "
-        "baseline and a candidate checkpoint the same one.")] = None,
+        "--label", help="Row label (default: the evaluator's or policy's spec). `harness compare` matches rows by "
+        "label: give a baseline and a candidate checkpoint the same one.")] = None,
     endpoints: EndpointsOption = None,
     *,
     args: EvalRun,
+    policy: PolicyEval,
     backend: Backend,
     devices: Devices,
     outputs: Outputs,
 ) -> None:
-    """Run one evaluator on one benchmark (one table cell) and print its metrics.
+    """Run one table cell and print its metrics: an evaluator (-e) on an evaluator benchmark, or a policy
+    (--policy) answering a policy benchmark, judged by --judge (no judge for the tasks checked without a model).
 
     Exit code 0 when every item was evaluated, 1 when some records hold failures, 2 for bad input.
     """
     with _stoppable():
         import hashlib
 
-        from harness.commands.runner import RunPlan
-        from harness.commands.setup import backend_options
+        from harness.commands.setup import backend_options, eval_plan
         from harness.commands.setup import endpoints as read_endpoints
         from harness.plan import resolve_devices
 
-        plan = RunPlan(rows={label or evaluator: evaluator}, benchmarks=(benchmark,), seeds=args.seeds,
-                       seed=args.seed, limit=args.limit, data_dir=args.data_dir,
-                       devices=resolve_devices(None, **dataclasses.asdict(devices)))
+        plan, spec = eval_plan(benchmark, evaluator, policy, label=label, seeds=args.seeds, seed=args.seed,
+                               limit=args.limit, data_dir=args.data_dir,
+                               devices=resolve_devices(None, **dataclasses.asdict(devices)))
         config = {"evaluator": evaluator, "label": label, "benchmark": benchmark, "limit": args.limit,
                   "seeds": args.seeds, "data_dir": str(args.data_dir) if args.data_dir else None, "seed": args.seed,
                   "parallel": args.parallel}
-        out = args.out or Path("runs") / f"eval-{benchmark}-{hashlib.sha256(evaluator.encode()).hexdigest()[:8]}"
+        if policy.policy is not None:
+            config.update(dataclasses.asdict(policy))
+        out = args.out or Path("runs") / f"eval-{benchmark}-{hashlib.sha256(spec.encode()).hexdigest()[:8]}"
         _run_and_report(plan, out, options=backend_options(backend), config=config, parallel=args.parallel,
                         command="eval", outputs=outputs,
                         endpoints=read_endpoints(None, endpoints, where="command line"))

@@ -154,6 +154,35 @@ class EvalRun:
 
 
 @dataclass(frozen=True)
+class PolicyEval:
+    """`eval`'s policy options: one policy's answers to one policy benchmark, judged, without a table."""
+
+    policy: Annotated[Optional[str], typer.Option(
+        "--policy", help="Policy benchmarks: the policy's model spec (instead of --evaluator).")] = None
+    judge: Annotated[Optional[str], typer.Option(
+        "--judge", help="Policy benchmarks: the judge's model spec (none for tasks checked without a model: "
+        "math500, mmlu_pro, codescope).")] = None
+    judge_base_url: Annotated[Optional[str], typer.Option(
+        "--judge-base-url", help="The judge's OpenAI-compatible server URL.")] = None
+    judge_api_key_env: Annotated[Optional[str], typer.Option(
+        "--judge-api-key-env", help="The environment variable holding the judge's API key.")] = None
+    max_tokens: Annotated[Optional[int], typer.Option(
+        "--max-tokens", min=1, help="The policy's answer budget in tokens (default 4096).")] = None
+    temperature: Annotated[Optional[float], typer.Option(
+        "--temperature", min=0.0, help="The policy's sampling temperature (default 0).")] = None
+
+    def judge_options(self) -> dict[str, str]:
+        """The judge's own `BackendOptions` fields given here."""
+        return {k: v for k, v in (("base_url", self.judge_base_url), ("api_key_env", self.judge_api_key_env))
+                if v is not None}
+
+    def generation(self) -> dict[str, Any]:
+        """The `harness.commands.runner.Generation` fields given here."""
+        return {k: v for k, v in (("max_tokens", self.max_tokens), ("temperature", self.temperature))
+                if v is not None}
+
+
+@dataclass(frozen=True)
 class ScoreRun:
     """`score`'s run options (its `--out` is the output file, not a run directory)."""
 
@@ -271,7 +300,7 @@ def _group_parameters(group: type) -> list[tuple[str, Any, Any]]:
     return found
 
 
-GROUPS = (Backend, Devices, Outputs, Sampling, TableRun, EvalRun, ScoreRun, PromptSet, LmEvalRun, TrainRun)
+GROUPS = (Backend, Devices, Outputs, Sampling, TableRun, EvalRun, PolicyEval, ScoreRun, PromptSet, LmEvalRun, TrainRun)
 
 
 def takes_groups(verb: Callable) -> Callable:

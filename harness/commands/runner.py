@@ -202,8 +202,8 @@ def load_benchmarks(plan: RunPlan) -> Prepared:
         kind = lookup("benchmark", name).kind
         if (kind == "policy") != plan.policy:
             raise ConfigError(
-                f"benchmark {name!r} is a policy benchmark: run it in a policy table (table2, table6, table8) or "
-                "answer it with harness generate" if kind == "policy" else
+                f"benchmark {name!r} is a policy benchmark: run it in a policy table (table2, table6, table8), "
+                "with harness eval --policy SPEC --judge SPEC, or answer it with harness generate" if kind == "policy" else
                 f"benchmark {name!r} is a {kind} evaluator benchmark; a policy table runs policy benchmarks"
             )
         try:

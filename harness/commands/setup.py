@@ -180,3 +180,44 @@ def policy_setup(spec, cfg):
     if "stop" in fields:
         fields["stop"] = tuple(fields["stop"])
     return JudgeSpec(model, options, settings), Generation(**fields)
+
+
+def eval_plan(benchmark: str, evaluator: str | None, policy, *, label: str | None, **how: Any):
+    """`harness eval`'s plan of one cell and the spec its default output dir is named by: `evaluator` on an
+    evaluator benchmark, or `policy.policy` answering a policy benchmark, judged by `policy.judge` (none for a
+    benchmark checked without a model), with `policy`'s generation settings. `how`: `RunPlan` fields.
+
+    Raises:
+        ConfigError: for an unknown benchmark, neither or both of an evaluator and a policy, options of the
+            other kind of benchmark, a judged benchmark without --judge, or --judge for a checked one.
+    """
+    from harness.commands.runner import Generation, JudgeSpec, RunPlan
+    from harness.config import backend_options as checked
+    from harness.errors import ConfigError
+    from harness.registry import lookup
+    from judges.policy import judge_needs_model
+
+    kind = lookup("benchmark", benchmark).kind
+    given = [f"--{name.replace('_', '-')}" for name, value in dataclasses.asdict(policy).items() if value is not None]
+    if kind != "policy":
+        if given:
+            raise ConfigError(f"benchmark {benchmark!r} is a {kind} evaluator benchmark: give --evaluator SPEC; "
+                              f"{', '.join(given)}: for policy benchmarks only")
+        if evaluator is None:
+            raise ConfigError(f"benchmark {benchmark!r} is a {kind} evaluator benchmark: give --evaluator SPEC "
+                              "(harness list evaluators)")
+        return RunPlan(rows={label or evaluator: evaluator}, benchmarks=(benchmark,), **how), evaluator
+    if evaluator is not None or policy.policy is None:
+        raise ConfigError(f"benchmark {benchmark!r} is a policy benchmark: give --policy SPEC (the model that "
+                          "answers) and --judge SPEC instead of --evaluator")
+    needs = judge_needs_model(benchmark)
+    if needs and policy.judge is None:
+        raise ConfigError(f"benchmark {benchmark!r} is judged by a model: give --judge SPEC (e.g. openai:gpt-4.1, "
+                          "or a local model spec)")
+    if not needs and (policy.judge is not None or policy.judge_options()):
+        raise ConfigError(f"benchmark {benchmark!r} is checked without a model: --judge does not apply")
+    checked(policy.judge_options(), where="--judge options")
+    judge = JudgeSpec(policy.judge, policy.judge_options())
+    plan = RunPlan(rows={label or policy.policy: policy.policy}, benchmarks=(benchmark,), judge=judge,
+                   generation=Generation(**policy.generation()), **how)
+    return plan, f"{policy.policy} judged by {policy.judge}"

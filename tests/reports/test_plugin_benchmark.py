@@ -152,6 +152,37 @@ def test_a_plugin_benchmark_runs_through_run_report_and_compare(tmp_path: Path):
     assert [(c["benchmark"], c["metric"], c["diff"]) for c in cells] == [("toy", "bigger", -0.5)], gate.stdout
 
 
+def test_a_policy_benchmark_runs_as_one_cell_without_a_table(tmp_path: Path):
+    """`harness eval --policy SPEC --judge SPEC -b BENCH`: a policy benchmark registered without any table answers,
+    is judged and is reported as one cell (a policy table of its own, judge in the notes); the wrong spec for the
+    benchmark's kind, a judged benchmark without --judge and --judge for a checked one are one line, exit 2."""
+    harness = runner(tmp_path, install(tmp_path / "plugin", "toy", {"toy_bench": MODULE},
+                                       ENTRY_POINTS.split("[harness.table]")[0]))
+    with serve_in_thread(server) as url:
+        done = harness("eval", "--policy", "openai:good", "--judge", "openai:judge", "-b", "toy", "--base-url", url,
+                       "--max-tokens", "8", "--out", str(tmp_path / "cell"))
+        assert done.returncode == 0, done.stderr
+        assert "| openai:good | **100.0** |" in done.stdout and "- judge: openai:judge" in done.stdout
+        payload = json.loads((tmp_path / "cell" / "results.json").read_text())
+        assert payload["kind"] == "policy" and payload["results"]["openai:good"]["benchmarks"]["toy"]["bigger"][
+            "value"] == 1.0
+        manifest = json.loads((tmp_path / "cell" / "manifest.json").read_text())
+        assert manifest["generation"]["max_tokens"] == 8 and manifest["judge"]["model"] == "openai:judge"
+        refused = {
+            ("-e", "openai:good", "-b", "toy"): "'toy' is a policy benchmark: give --policy SPEC",
+            ("--policy", "openai:good", "-b", "toy"): "'toy' is judged by a model: give --judge SPEC",
+            ("--policy", "openai:good", "-b", "judgebench"): "'judgebench' is a pairwise evaluator benchmark: give "
+                                                                "--evaluator SPEC; --policy: for policy benchmarks",
+            ("--policy", "openai:good", "--judge", "openai:judge", "-b", "math500"): "'math500' is checked without "
+                                                                                     "a model",
+        }
+        for args, said in refused.items():
+            got = harness("eval", *args, "--base-url", url, "--out", str(tmp_path / "refused"))
+            assert got.returncode == 2 and said in got.stderr and len(got.stderr.strip().splitlines()) == 1, (
+                args, got.stderr)
+        assert not (tmp_path / "refused").exists()
+
+
 BROKEN = MODULE.replace('name, display, kind, metrics = "toy", "Toy", "policy", (BIGGER,)',
                         'name, kind, metrics = "toy", "policy", (BIGGER,)')
 
