@@ -29,7 +29,7 @@ second decision is flipped back to the original frame; `counter` = +1 per decisi
 decision equal to the flipped label, 0 for a tie or a missing decision; the pair is correct iff `counter > 0`,
 and accuracy = correct / all pairs (ties and inconsistent pairs are not correct). Reward models are scored on
 one ordering: correct iff the preferred response gets the strictly higher score (our strict pairwise accuracy,
-`benchmarks.metrics`).
+`benchmarks.scoring.PAIRWISE_ACC`).
 """
 
 from __future__ import annotations

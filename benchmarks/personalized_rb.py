@@ -40,7 +40,7 @@ wins) `<config>_test.jsonl` (the upstream repository's own `data/` naming), `<co
 or JSON lines, as `Dataset.to_json` writes), `<config>_test.parquet`, or the Hub repository layout
 `<config>/test-*.parquet`. All three configs must be present.
 
-Scoring: strict pairwise accuracy (`benchmarks.metrics`): correct iff score(chosen) > score(rejected); a tie is wrong.
+Scoring: strict pairwise accuracy (`benchmarks.scoring.PAIRWISE_ACC`): correct iff score(chosen) > score(rejected); a tie is wrong.
 The upstream reports accuracy for pairwise judges (A/B shuffled per item; an unparsable verdict defaults to
 "A" there, whereas we record it as a failure) and the chosen win rate with strict `>` for pointwise reward
 models.

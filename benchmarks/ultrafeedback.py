@@ -17,7 +17,7 @@ chosen assistant turn, A/B positions drawn by `randomise_pair`. Item id = `test_
 local file and the first 500 Hub rows share ids. `meta`: `row`, `identical_responses` (`true`/`false`), and
 where present `prompt_id`, `score_chosen`, `score_rejected`. Counts: 500 pairs locally, 2,000 on the Hub.
 
-Scoring: strict pairwise accuracy (`benchmarks.metrics`): right iff score(chosen) > score(rejected); a tie is wrong.
+Scoring: strict pairwise accuracy (`benchmarks.scoring.PAIRWISE_ACC`): right iff score(chosen) > score(rejected); a tie is wrong.
 The upstream allows equal ratings and identical texts; 11 of the local 500 pairs have byte-identical chosen
 and rejected responses. They are kept (not dropped), so on them an evaluator can only tie and is scored wrong;
 the tie rate reported next to the accuracy counts them (`meta["identical_responses"]` finds them).
