@@ -57,7 +57,7 @@ T = TypeVar("T")
 _BUSY_SECONDS = 60.0
 """How long a call waits for another process's write (SQLite's busy timeout)."""
 
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY,
     model TEXT NOT NULL,
@@ -66,6 +66,7 @@ CREATE TABLE IF NOT EXISTS calls (
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
+"""The call cache's tables (a run's `calls.sqlite` and an export hold them too: `harness.calllog`)."""
 
 
 def cache_key(identity: dict[str, str], op: str, payload: dict, sample_index: int = 0) -> str:
@@ -100,22 +101,49 @@ class CacheError(HarnessError):
     corrupt: bool = False
 
 
+class ReplayMiss(HarnessError):
+    """A replay (`--replay FILE`) asked for a call its file holds no answer to."""
+
+
 class CallCache:
     """A process-safe SQLite key-value store of successful model outputs.
 
     Every SQLite error becomes a `CacheError` that names the file and says what to do (clear a corrupt file,
     make the location writable, free disk space, or bypass the cache with `--no-cache`).
+
+    Args:
+        path: The database (default: the user's, `harness.paths.call_cache_path`).
+        read_only: Open an existing file for reading only (a replay's, `--replay FILE`): nothing is stored or
+            counted, and `CachedBackend` answers every call from it or stops (`ReplayMiss`).
     """
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, read_only: bool = False) -> None:
         self.path = Path(path) if path else call_cache_path()
+        self.read_only = read_only
         self._lock = threading.Lock()
+        if read_only:
+            if not self.path.is_file():
+                raise CacheError(f"replay file {self.path} not found; `harness cache export` writes one")
+            with self._guarded():
+                self._conn = self._open_read_only()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._error(exc) from None
         with self._guarded():
             self._conn = self._open()
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """Connect without writing anything, and check the file holds the `calls` table."""
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=_BUSY_SECONDS, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("SELECT key, model, value, created FROM calls LIMIT 1").fetchall()
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return conn
 
     def _open(self) -> sqlite3.Connection:
         """Connect and set the file up (WAL, the tables).
@@ -132,7 +160,7 @@ class CallCache:
                 conn.execute(f"PRAGMA busy_timeout={int(_BUSY_SECONDS * 1000)}")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(_SCHEMA)
+                conn.executescript(SCHEMA)
                 return conn
             except sqlite3.OperationalError as exc:
                 conn.close()
@@ -153,6 +181,8 @@ class CallCache:
         text = str(exc) or type(exc).__name__
         low = text.lower()
         corrupt = "not a database" in low or "malformed" in low
+        if self.read_only:
+            return CacheError(f"replay file {self.path}: {text}; give a file `harness cache export` wrote")
         if corrupt:
             hint = "the file is corrupt: `harness cache clear --yes` deletes it (or run with --no-cache)"
         elif "readonly" in low or "read-only" in low or "unable to open" in low or "permission" in low:
@@ -186,6 +216,8 @@ class CallCache:
         """Store (key, model label, value) triples; existing keys keep their first value."""
         if not items:
             return
+        if self.read_only:
+            raise CacheError(f"replay file {self.path} is read-only; nothing is stored in a replay")
         now = time.time()
         rows = [(k, model, scrub_secrets(json.dumps(v, ensure_ascii=False)), now) for k, model, v in items]
         with self._guarded():
@@ -198,8 +230,8 @@ class CallCache:
                 raise
 
     def count(self, *, hits: int = 0, misses: int = 0) -> None:
-        """Add to the lifetime hit/miss counters."""
-        if not hits and not misses:
+        """Add to the lifetime hit/miss counters (a read-only file keeps none)."""
+        if self.read_only or (not hits and not misses):
             return
         with self._guarded():
             self._conn.executemany(
@@ -238,6 +270,13 @@ class CallCache:
 
 def _model_label(identity: dict[str, str]) -> str:
     return f"{identity.get('kind', '?')}:{identity.get('model', '?')}"
+
+
+def _request_start(payload: Mapping[str, Any], limit: int = 60) -> str:
+    """The start of a request's last message (a loglikelihood's context where it has none), quoted on one line."""
+    messages = payload.get("messages") or []
+    text = " ".join(str(messages[-1]["content"] if messages else payload.get("text", "")).split())
+    return json.dumps(text if len(text) <= limit else text[:limit] + "...", ensure_ascii=False)
 
 
 def _generate_payload(request: GenerateRequest) -> dict:
@@ -344,6 +383,10 @@ class CachedBackend(BaseBackend):
     backend is probed (`BaseBackend.probe`: a server's reachability, a local model's loading) once, before the first
     request the cache cannot answer, so a fully cached run needs neither the server nor the weights; a probe that
     fails raises its `HarnessError` to every caller, which stops the run.
+
+    Every lookup answered (from the cache or by the backend, then stored) is also handed to `log` where one is set
+    (a run's `calls.sqlite`: `harness.calllog.CallLog`). Over a read-only cache (a replay) a request the cache
+    cannot answer raises `ReplayMiss`; the backend is never probed or called.
     """
 
     def __init__(self, backend: BaseBackend, cache: CallCache | None) -> None:
@@ -363,6 +406,13 @@ class CachedBackend(BaseBackend):
         self._probe_ok = False
         self._flying: dict[tuple[str, ...], asyncio.Future] = {}
         """Cache keys of the requests being sent now -> the future of their answer."""
+        self.log: Any = None
+        """Where every answered lookup is recorded (`harness.calllog.CallLog`), or None."""
+
+    @property
+    def replaying(self) -> bool:
+        """Whether every call must be answered by a read-only cache (`--replay FILE`)."""
+        return self.cache is not None and self.cache.read_only
 
     def identity(self) -> dict[str, str]:
         return self._identity
@@ -413,17 +463,24 @@ class CachedBackend(BaseBackend):
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         if self.cache is None:
             return await self._uncached(self.backend.generate, requests)
+        payloads = [_generate_payload(r) for r in requests]
         keys = [
-            tuple(cache_key(self._identity, "generate", _generate_payload(r), i) for i in range(r.params.n))
-            for r in requests
+            tuple(cache_key(self._identity, "generate", payload, i) for i in range(r.params.n))
+            for r, payload in zip(requests, payloads)
         ]
         # An answer the backend sent without the request's constraint (`Completion.constrained`) is kept under
         # keys of what was sent, never the constrained request's, and read back only where no constrained answer is.
+        sent_plain = [{**payload, "sent_plain": True} if r.params.constraint is not None else None
+                      for r, payload in zip(requests, payloads)]
         plain = [
-            tuple(cache_key(self._identity, "generate", {**_generate_payload(r), "sent_plain": True}, i)
-                  for i in range(r.params.n)) if r.params.constraint is not None else ()
-            for r in requests
+            tuple(cache_key(self._identity, "generate", sent, i) for i in range(r.params.n)) if sent else ()
+            for r, sent in zip(requests, sent_plain)
         ]
+
+        def about() -> dict[str, tuple[dict, int]]:
+            found = {k: (payload, i) for ks, payload in zip(keys, payloads) for i, k in enumerate(ks)}
+            found.update((k, (sent, i)) for ks, sent in zip(plain, sent_plain) for i, k in enumerate(ks))
+            return found
 
         def hit(idx: int, found: Mapping[str, object]) -> Completion | None:
             ks = keys[idx]
@@ -446,7 +503,7 @@ class CachedBackend(BaseBackend):
                                           usage=completion.usage, constrained=completion.constrained)
             return completion, [(k, v) for k, v in zip(where, values) if k not in found]
 
-        return await self._keyed(requests, keys, self.backend.generate, hit, keep,
+        return await self._keyed("generate", requests, keys, self.backend.generate, hit, keep, about,
                                  also=[k for ks in plain for k in ks])
 
     async def _uncached(self, call: Callable[[list[R]], Awaitable[list[T]]], requests: Sequence[R]) -> list[T]:
@@ -459,18 +516,22 @@ class CachedBackend(BaseBackend):
 
     async def _keyed(
         self,
+        op: str,
         requests: Sequence[R],
         keys: Sequence[tuple[str, ...]],
         call: Callable[[list[R]], Awaitable[list[T]]],
         hit: Callable[[int, Mapping[str, object]], T | None],
         keep: Callable[[int, T, Mapping[str, object]], tuple[T, list[tuple[str, object]]]],
+        about: Callable[[], Mapping[str, tuple[dict, int]]],
         *,
         also: Sequence[str] = (),
     ) -> list[T]:
-        """Every cached operation: request i's cache entries are `keys[i]` (one per sample; `also`: other keys read
-        with them). `hit(i, found)` answers request i from the entries read, or None; the rest are sent once (an
-        identical request in flight is waited for, not sent again: `_board`), and `keep(i, result, found)` gives
-        what request i returns and the (key, value) entries to store (none for a failure)."""
+        """Every cached operation `op`: request i's cache entries are `keys[i]` (one per sample; `also`: other keys
+        read with them; `about()`: every key's payload and sample index). `hit(i, found)` answers request i from
+        the entries read, or None; the rest are sent once (an identical request in flight is waited for, not sent
+        again: `_board`), and `keep(i, result, found)` gives what request i returns and the (key, value) entries to
+        store (none for a failure). The entries read and stored go to `log`; in a replay a request the entries do
+        not answer raises `ReplayMiss` instead of being sent."""
         assert self.cache is not None
         found = self.cache.get_many([k for ks in keys for k in ks] + list(also))
         results: list[T | None] = [None] * len(requests)
@@ -479,6 +540,15 @@ class CachedBackend(BaseBackend):
             results[idx] = hit(idx, found)
             if results[idx] is None:
                 todo.append(idx)
+        log = self.log  # the same log throughout, however the run's recording changes meanwhile
+        told = about() if log is not None or (todo and self.replaying) else {}
+        if log is not None and found:
+            log.add(self._identity, op, [(k, *told[k], v) for k, v in found.items()])
+        if todo and self.replaying:
+            first = keys[todo[0]]
+            payload = told[first[0]][0] if first else {}
+            raise ReplayMiss(f"replay file {self.cache.path} has no answer for {_model_label(self._identity)} {op} "
+                             f"{_request_start(payload)}")
         mine, waits = self._board([keys[i] for i in todo], todo)
         self.hits += len(requests) - len(mine)
         self.calls += len(mine)
@@ -494,6 +564,8 @@ class CachedBackend(BaseBackend):
                     results[idx], entries = keep(idx, result, found)
                     to_store += [(k, label, v) for k, v in entries]
                 self.cache.put_many(to_store)
+                if log is not None and to_store:
+                    log.add(self._identity, op, [(k, *told[k], v) for k, _, v in to_store])
         await _landed(waits, results)
         return results  # type: ignore[return-value]
 
@@ -554,6 +626,9 @@ class CachedBackend(BaseBackend):
             return await self._uncached(call, requests)
         keys = [(cache_key(self._identity, op, payload),) for payload in payloads]
 
+        def about() -> dict[str, tuple[dict, int]]:
+            return {key: (payload, 0) for (key,), payload in zip(keys, payloads)}
+
         def hit(idx: int, found: Mapping[str, object]) -> T | None:
             (key,) = keys[idx]
             return load(requests[idx], found[key]) if key in found else None
@@ -562,7 +637,7 @@ class CachedBackend(BaseBackend):
             value = store(requests[idx], result)
             return result, [] if value is None else [(keys[idx][0], value)]
 
-        return await self._keyed(requests, keys, call, hit, keep)
+        return await self._keyed(op, requests, keys, call, hit, keep, about)
 
     async def next_token_logprobs(
         self, requests: Sequence[LogprobRequest], candidates: Sequence[str]

@@ -33,7 +33,9 @@ import asyncio
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from harness.errors import Interrupted
@@ -258,16 +260,21 @@ async def write_output(
     retry_failed: bool = False,
     before_phase: Callable[[int], Awaitable[None]] | None = None,
     after_phase: Callable[[int], Awaitable[None]] | None = None,
+    calls: Callable[[Path], AbstractContextManager[Any]] | None = None,
 ) -> LoopSummary:
     """Open the output (lock, settings binding, manifest; `harness.runstore.Output`) and run the loop into it.
 
-    Every verb writes its records through this one function.
+    Every verb writes its records through this one function. `calls(path)`, where given, is entered while the
+    output is open, with the file the output keeps its model calls in (`OutputPaths.calls`, where it has one):
+    the backend pool's `recording_calls`.
     """
     with Output(paths, record_type, command=command, settings=settings, config=config, extra=extra,
                 overwrite=overwrite, wait=wait) as output:
-        return await run_loop(output, units, work, parallel=parallel, noun=noun, label=command,
-                              retry_failed=retry_failed, counters=counters, before_phase=before_phase,
-                              after_phase=after_phase)
+        recording = calls(paths.calls) if calls is not None and paths.calls is not None else nullcontext()
+        with recording:
+            return await run_loop(output, units, work, parallel=parallel, noun=noun, label=command,
+                                  retry_failed=retry_failed, counters=counters, before_phase=before_phase,
+                                  after_phase=after_phase)
 
 
 async def _stop(tasks: list[asyncio.Future]) -> None:

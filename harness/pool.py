@@ -7,6 +7,10 @@ The pool's `BackendOptions` apply to every backend. An evaluator with load-time 
 `dtype`, `device`, `batch_size`) asks for them as `overrides`: a spec with overrides that differ from the pool's
 options is a backend of its own (its own copy of the weights), keyed `SPEC[key=value,...]`; overrides equal to the
 pool's options are dropped, so such an evaluator shares the pool's backend of that spec.
+
+Over a read-only cache (a replay, `--replay FILE`) every call is answered from the file: nothing is checked
+(`preflight`), probed or loaded, and a local model (`hf:`, `vllm:`) is built as a `harness.calllog.ReplayedBackend`
+with the identity the file recorded for it. `recording_calls` records the calls of a run in its `calls.sqlite`.
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from harness.backends.base import BackendOptions
 from harness.backends.replicas import ReplicaBackend
 from harness.cache import CachedBackend, CallCache
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 
 
 class BackendPool:
@@ -41,6 +46,12 @@ class BackendPool:
         self._engines: dict[str, dict[str, int]] = {}
         self._replicas: dict[str, dict[str, Any]] = {}
         self._peak = 0
+        self._log: Any = None
+
+    @property
+    def replaying(self) -> bool:
+        """Whether every call is answered from a read-only cache (`--replay FILE`)."""
+        return self.cache is not None and self.cache.read_only
 
     def get(self, spec: str, *, overrides: Mapping[str, Any] | None = None) -> CachedBackend:
         """The cached backend for `spec` (with `overrides` of the pool's `BackendOptions` fields), built on first use.
@@ -60,11 +71,60 @@ class BackendPool:
 
             options = dataclasses.replace(self.options, **changed)
             endpoint = self.endpoints.get(spec)
-            built = served_backend(spec, endpoint, options) if endpoint else load_backend(spec, options)
+            if endpoint:
+                built = served_backend(spec, endpoint, options)
+            elif self.replaying:
+                built = self._replayed(spec, options)
+            else:
+                built = load_backend(spec, options)
             self._backends[key] = CachedBackend(built, self.cache)
+            self._backends[key].log = self._log
         for keys in self._recording:
             keys.add(key)
         return self._backends[key]
+
+    def _replayed(self, spec: str, options: BackendOptions) -> Any:
+        """The backend of `spec` in a replay: a local model's identity only (the one the file recorded for it, where
+        exactly one fits; else found by locating the model, which loads nothing), any other backend as built."""
+        from harness.backends import LOCAL_KINDS, load_backend, parse_spec
+        from harness.calllog import ReplayedBackend, recorded_identity
+
+        kind, name = parse_spec(spec)
+        if kind not in LOCAL_KINDS:
+            return load_backend(spec, options)
+        assert self.cache is not None
+        identity = recorded_identity(self.cache.path, kind, name, dtype=options.dtype,
+                                     top_logprobs=options.top_logprobs)
+        if identity is None:
+            identity = load_backend(spec, options).identity()
+        return ReplayedBackend(kind, name, identity)
+
+    @contextlib.contextmanager
+    def recording_calls(self, path: Path) -> Iterator[None]:
+        """Within the block, record every call the backends look up in `path` (a run's `calls.sqlite`:
+        `harness.calllog.CallLog`); nothing without a call cache."""
+        if self.cache is None:
+            yield
+            return
+        from harness.calllog import CallLog
+
+        log = CallLog(path)
+        self._log = log
+        for backend in self._backends.values():
+            backend.log = log
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            self._log = None
+            for backend in self._backends.values():
+                backend.log = None
+            if failed:
+                with contextlib.suppress(HarnessError):  # the error in flight is the one to report
+                    log.close()
+            else:
+                log.close()
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[set[str]]:
@@ -83,6 +143,8 @@ class BackendPool:
         Raises:
             HarnessError: the first backend that cannot, naming it.
         """
+        if self.replaying:  # no backend runs in a replay
+            return
         for backend in self._backends.values():
             check = getattr(backend.backend, "preflight", None)
             if check is not None:

@@ -7,6 +7,8 @@ Every verb that writes results (`generate`, `score`, `run`, `eval`) writes an *o
     out.jsonl.manifest.json            DIR/manifest.json        settings, resolved config, versions, sessions,
                                                                 what the backends lacked (`lacking`)
     out.jsonl.lock                     DIR/lock                 who writes it now (`harness.lock`)
+                                       DIR/calls.sqlite         every model call the run looked up
+                                                                (`harness.calllog`; none with --no-cache)
 
 **The binding rule.** An output holds results of exactly one set of *settings*: everything that changes what a
 record holds (model specs and identities, evaluator specs, sampling parameters, seeds, data fingerprints, limits,
@@ -375,6 +377,8 @@ class OutputPaths:
     """A run directory (else a single JSONL file)."""
     derived: tuple[str, ...] = ()
     """Files rendered from the records (inside a run directory), removed with the output by --overwrite."""
+    calls: Path | None = None
+    """A run directory's record of its model calls (`harness.calllog`), removed with the output by --overwrite."""
 
     @classmethod
     def file(cls, out: Path) -> OutputPaths:
@@ -386,7 +390,8 @@ class OutputPaths:
         out = Path(out)
         derived = ("results.json", "table.md", "table.tex", "table.csv", "compare.md", "compare.json",
                    "view.html", "compare.html")
-        return cls(str(out), out / "records.jsonl", out / "manifest.json", out / "lock", True, derived)
+        return cls(str(out), out / "records.jsonl", out / "manifest.json", out / "lock", True, derived,
+                   out / "calls.sqlite")
 
     def check_collisions(self) -> None:
         """Refuse an output path that is something else already.
@@ -426,6 +431,9 @@ class OutputPaths:
         if self.directory:
             for name in self.derived:
                 (self.records.parent / name).unlink(missing_ok=True)
+        if self.calls is not None:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.calls}{suffix}").unlink(missing_ok=True)
 
 
 class Output(Generic[R]):

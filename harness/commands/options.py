@@ -5,7 +5,8 @@ options): a verb names a group as one parameter and `@takes_groups` spreads it i
   the values given, `None` meaning "not given" (the config's value, else the default).
 - `Devices`: the GPUs the local models share (`--gpus`, `--gpu-memory`); `EndpointsOption` names the models served
   elsewhere (`--endpoints`).
-- `Outputs`: how a resumable output is written (`--no-cache`, `--overwrite`, `--wait`, `--retry-failed`).
+- `Outputs`: how a resumable output is written (`--no-cache`, `--overwrite`, `--wait`, `--retry-failed`) and where
+  its calls are answered (`--replay FILE`).
 - Run options (`--limit`, `--seeds`, `--seed`, `--data-dir`, `--out`, `--parallel`, `--preset`, `--coevolve`): a
   `RunConfig` field each, declared there (type, minimum, help from the field's docstring); a group takes one with
   `run_option(default)`, so every verb shows the same option with its own default.
@@ -26,11 +27,15 @@ import inspect
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
 from harness.backends.base import BackendOptions
+from harness.errors import ConfigError
+
+if TYPE_CHECKING:
+    from harness.cache import CallCache
 
 EndpointsOption = Annotated[Optional[Path], typer.Option(
     "--endpoints", help="YAML/JSON `models:` file (harness serve writes one): each model spec named there is served by "
@@ -77,12 +82,37 @@ class Devices:
 
 @dataclass(frozen=True)
 class Outputs:
-    no_cache: NoCacheOption = False
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the call cache (nothing read or written; a "
+                                           "run directory records no calls.sqlite).")] = False
     overwrite: OverwriteOption = False
     wait: WaitOption = False
     retry_failed: Annotated[bool, typer.Option(
         "--retry-failed", help="Also redo records with parse failures (cached outputs are re-read, not re-asked).")] = (
         False)
+    replay: Annotated[Optional[Path], typer.Option(
+        "--replay", metavar="FILE", help="Answer every model call from FILE (`harness cache export` writes one), read "
+        "only: no model loads and no server is contacted; a call FILE lacks stops the command (exit 2), keeping "
+        "what was finished. Not with --no-cache.")] = None
+
+    def __post_init__(self) -> None:
+        if self.replay is not None and self.no_cache:
+            raise ConfigError("--replay and --no-cache exclude each other: a replay answers every call from its file")
+
+    def call_cache(self) -> CallCache | None:
+        """The call cache asked for: the user's, none (`--no-cache`), or FILE read-only (`--replay FILE`).
+
+        Raises:
+            CacheError: for a cache or replay file that cannot be opened.
+        """
+        from harness.cache import CallCache
+
+        if self.no_cache:
+            return None
+        return CallCache(self.replay, read_only=True) if self.replay is not None else CallCache()
+
+    def recorded(self) -> dict[str, Any]:
+        """What the manifest's config records of the cache: `no_cache`, and `replay` where given."""
+        return {"no_cache": self.no_cache, **({"replay": str(self.replay)} if self.replay is not None else {})}
 
 
 @dataclass(frozen=True)

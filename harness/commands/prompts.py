@@ -118,7 +118,6 @@ def generate_samples(model: str, out: Path, *, prompts: Path | None, benchmark: 
         ConfigError: for both or neither of a prompt file and a benchmark, an output that is the input, loader
             options without a benchmark.
     """
-    from harness.cache import CallCache
     from harness.commands.setup import as_dict, backend_options, bench_options, drive, same_file
     from harness.generation import GenerateConfig, run_generate
     from harness.pool import BackendPool
@@ -138,11 +137,11 @@ def generate_samples(model: str, out: Path, *, prompts: Path | None, benchmark: 
     config = GenerateConfig(model=model, source=str(prompts or benchmark), n=sampling.n,
                             temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
                             seed=sampling.seed, limit=limit, stop=tuple(sampling.stop or ()))
-    pool = BackendPool(options=options, cache=None if outputs.no_cache else CallCache())
+    pool = BackendPool(options=options, cache=outputs.call_cache())
     generator = pool.get(model)
     pool.preflight()
     return drive(pool, lambda: run_generate(
         generator, records, config, out, parallel=max(64, 4 * options.concurrency),
-        runtime={"backend": as_dict(options), "no_cache": outputs.no_cache},
+        runtime={"backend": as_dict(options), **outputs.recorded()},
         overwrite=outputs.overwrite, wait=outputs.wait, retry_failed=outputs.retry_failed,
     ))

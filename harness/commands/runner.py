@@ -412,7 +412,8 @@ async def run_plan(
     wait: bool = False,
     retry_failed: bool = False,
 ) -> LoopSummary:
-    """Score everything the plan names into the run directory `out_dir` (resuming it); see `harness.loop`.
+    """Score everything the plan names into the run directory `out_dir` (resuming it); see `harness.loop`. The
+    calls the pool's backends look up are recorded in the directory's calls.sqlite (`BackendPool.recording_calls`).
 
     Args:
         ready: The plan prepared (`prepare`); prepared here when not given.
@@ -422,7 +423,8 @@ async def run_plan(
 
     ready = ready or prepare(plan, pool)
     scheduled = schedule_rows(plan, ready, pool)
-    before_phase, after_phase = phase_hooks(scheduled, pool, start=plan.devices is not None)
+    replaying = getattr(pool, "replaying", False)  # every call answered from a file: no model starts
+    before_phase, after_phase = phase_hooks(scheduled, pool, start=plan.devices is not None and not replaying)
 
     extra = {
         "rows": plan.rows,
@@ -455,6 +457,7 @@ async def run_plan(
             overwrite=overwrite,
             wait=wait,
             retry_failed=retry_failed,
+            calls=getattr(pool, "recording_calls", None),
         )
     finally:
         for judge in ready.judges.values():  # checkers hold worker processes

@@ -118,7 +118,6 @@ def score_file(evaluator: str, input: Path, out: Path, *, seed: int, parallel: i
     Raises:
         ConfigError: for an output that is the input, a malformed input, an evaluator that cannot be built.
     """
-    from harness.cache import CallCache
     from harness.commands.setup import as_dict, backend_options, drive, same_file
     from harness.pool import BackendPool
     from judges import load_evaluator
@@ -127,11 +126,11 @@ def score_file(evaluator: str, input: Path, out: Path, *, seed: int, parallel: i
         raise ConfigError(f"--out {out} is the input file itself; choose another output file")
     sets = read_sets_file(input)
     options = backend_options(backend)
-    pool = BackendPool(options=options, cache=None if outputs.no_cache else CallCache())
+    pool = BackendPool(options=options, cache=outputs.call_cache())
     judge = load_evaluator(evaluator, pool)
     pool.preflight()
     return drive(pool, lambda: run_score(
         judge, sets, out, seed=seed, parallel=parallel, pool=pool,
-        runtime={"input": str(input), "backend": as_dict(options), "no_cache": outputs.no_cache},
+        runtime={"input": str(input), "backend": as_dict(options), **outputs.recorded()},
         overwrite=outputs.overwrite, wait=outputs.wait, retry_failed=outputs.retry_failed,
     ))
