@@ -15,7 +15,10 @@ Per cell (row, benchmark, metric):
   as RM-Bench's weighs items unequally, so read it as a second opinion; the verdict comes from the interval);
 - the verdict, in points on a 0-100 scale (1 point = 0.01 of an accuracy or of an nDCG): *regression* when the
   whole interval lies below -margin (above +margin for a lower-is-better metric), *improvement* when it lies
-  beyond +margin the other way, else *no significant change*.
+  beyond +margin the other way; else *underpowered* when the interval is wider than twice the margin (its
+  half-width, the smallest difference this sample could detect, exceeds the margin: a drop as large as the margin
+  could have gone unseen), else *no significant change*. Each cell also gives that half-width and the paired
+  items it would need for the margin (the half-width shrinks as 1/sqrt(items): items x (half-width / margin)^2).
 
 Comparable runs: both are runs of `harness run`/`harness eval` with the same rows, benchmarks, dataset
 fingerprints (the items as presented: ids, prompts, responses in A/B order, gold labels) and (item, repeat) sets;
@@ -40,11 +43,12 @@ cells, and its differences named by panel, in one comparison.
 Config (`--config FILE`, YAML): `margin` (points), `margins` (per `BENCHMARK` or `BENCHMARK.METRIC`, each a
 registered benchmark and a metric it declares), `n_resamples`, `alpha`, `seed`. Outputs: `compare.json` and
 `compare.md`. Exit code: 2 if the runs are not comparable, else 1 if any cell regresses, else 3 if any cell is
-incomplete or unscored, else 0.
+incomplete or unscored (or underpowered, with `require_power` / `--require-power`), else 0.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -63,7 +67,7 @@ from harness.runstore import Manifest, OutputPaths, RecordLog, write_json_atomic
 from reports.panels import panels_of
 from reports.results import benchmark, item_values
 
-Verdict = Literal["regression", "improvement", "no significant change", "incomplete", "unscored"]
+Verdict = Literal["regression", "improvement", "no significant change", "underpowered", "incomplete", "unscored"]
 EXIT_OK, EXIT_REGRESSION, EXIT_INCOMPARABLE, EXIT_UNGATED = 0, 1, 2, 3
 UNGATED: tuple[Verdict, ...] = ("incomplete", "unscored")
 """Verdicts of cells the gate could not judge; any of them makes the gate exit 3, never 0."""
@@ -79,6 +83,7 @@ class CompareConfig(BaseModel):
     n_resamples: int = Field(1000, ge=100)
     alpha: float = Field(0.05, gt=0, lt=1, description="Two-sided: the interval covers 1 - alpha.")
     seed: int = 0
+    require_power: bool = Field(False, description="An underpowered cell makes the gate exit 3.")
 
     @field_validator("margins")
     @classmethod
@@ -154,6 +159,10 @@ class Cell:
     where the benchmark has one), None where it has none."""
     mcnemar: dict[str, Any] | None = None
     """For strict accuracies: `base_only` (right in base only), `candidate_only`, `p` (exact, two-sided)."""
+    half_width: float | None = None
+    """Half the interval's width (unscaled, as `diff`): the smallest difference this sample could detect."""
+    items_needed: int | None = None
+    """Paired items that would bring `half_width` down to the margin (None: a margin of 0)."""
 
 
 @dataclass(slots=True)
@@ -176,7 +185,8 @@ class Comparison:
             return EXIT_INCOMPARABLE
         if any(c.verdict == "regression" for c in self.cells):
             return EXIT_REGRESSION
-        return EXIT_UNGATED if any(c.verdict in UNGATED for c in self.cells) else EXIT_OK
+        ungated = UNGATED + (("underpowered",) if self.config.get("require_power") else ())
+        return EXIT_UNGATED if any(c.verdict in ungated for c in self.cells) else EXIT_OK
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -188,6 +198,7 @@ class Comparison:
             "regressions": sum(c.verdict == "regression" for c in self.cells),
             "improvements": sum(c.verdict == "improvement" for c in self.cells),
             "ungated": sum(c.verdict in UNGATED for c in self.cells),
+            "underpowered": sum(c.verdict == "underpowered" for c in self.cells),
             "config": self.config,
             "cells": [asdict(c) for c in self.cells],
         }
@@ -312,7 +323,17 @@ def _key_differences(label: str, bench: str, b: Mapping, c: Mapping) -> list[str
 def _verdict(lo: float, hi: float, margin: float, higher_is_better: bool) -> Verdict:
     lo, hi = lo * 100, hi * 100
     worse, better = (hi < -margin, lo > margin) if higher_is_better else (lo > margin, hi < -margin)
-    return "regression" if worse else "improvement" if better else "no significant change"
+    if worse or better:
+        return "regression" if worse else "improvement"
+    return "underpowered" if hi - lo > 2 * margin else "no significant change"
+
+
+def items_needed(paired: int, half_width: float, margin: float) -> int | None:
+    """Paired items for an interval of half-width `margin` points, from `paired` items that gave `half_width`
+    (unscaled): the half-width shrinks as 1/sqrt(items). None for a margin of 0 (no sample is enough)."""
+    if margin <= 0:
+        return None
+    return max(1, math.ceil(paired * (half_width * 100 / margin) ** 2))
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,8 +409,9 @@ def compare_cell(
         base_only = sum(b_val[k] > c_val[k] for k in keys)
         cand_only = sum(c_val[k] > b_val[k] for k in keys)
         test = {"base_only": base_only, "candidate_only": cand_only, "p": metrics.mcnemar_exact(base_only, cand_only)}
+    half = (hi - lo) / 2
     return Cell(label, bench, metric.name, b_agg, c_agg, c_agg - b_agg, lo, hi, margin, verdict, mcnemar=test,
-                **counts)
+                half_width=half, items_needed=items_needed(paired, half, margin), **counts)
 
 
 def compare_runs(base_dir: Path, cand_dir: Path, cfg: CompareConfig | None = None) -> Comparison:
@@ -461,15 +483,16 @@ def render_markdown(result: Comparison) -> str:
         lines += ["**Not comparable** (exit 2):", ""] + [f"- {d}" for d in result.differences] + [""]
     count = {v: sum(c.verdict == v for c in result.cells) for v in ("regression", "improvement")}
     ungated = sum(c.verdict in UNGATED for c in result.cells)
+    weak = sum(c.verdict == "underpowered" for c in result.cells)
     lines.append(
         f"{len(result.cells)} cells: {count['regression']} regressions, {count['improvement']} improvements, "
-        f"{ungated} not gated (incomplete or unscored); exit code {result.exit_code}."
+        f"{weak} underpowered, {ungated} not gated (incomplete or unscored); exit code {result.exit_code}."
     )
     lines += [
         "",
-        "| Row | Benchmark | Metric | Base | Cand | Diff (points) | 95% CI (points) | Margin | McNemar p | "
-        "Items paired | Failed (B/C) | Verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Row | Benchmark | Metric | Base | Cand | Diff (points) | 95% CI (points) | Margin | Detectable (points) | "
+        "Items for margin | McNemar p | Items paired | Failed (B/C) | Verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
     for c in result.cells:
@@ -477,13 +500,16 @@ def render_markdown(result: Comparison) -> str:
         metric = next(m for m in bench.metrics if m.name == c.metric)
         p = f"{c.mcnemar['p']:.3g} ({c.mcnemar['base_only']}/{c.mcnemar['candidate_only']})" if c.mcnemar else "-"
         verdict = f"**{c.verdict}**" if c.verdict != "no significant change" else c.verdict
-        diff, ci = "-", "-"
+        diff, ci, half = "-", "-", "-"
         if c.diff is not None:
             diff, ci = f"{c.diff * 100:+.2f}", f"[{c.ci_low * 100:+.2f}, {c.ci_high * 100:+.2f}]"  # type: ignore
+        if c.half_width is not None:
+            half = f"±{c.half_width * 100:.2f}"
+        needed = "-" if c.items_needed is None else str(c.items_needed)
         lines.append(
             f"| {c.row} | {bench.display} | {metric.display} | {metric.format(c.base)} | "
-            f"{metric.format(c.candidate)} | {diff} | {ci} | {c.margin:g} | {p} | {c.paired}/{c.n_items} | "
-            f"{c.base_failed}/{c.candidate_failed} | {verdict} |"
+            f"{metric.format(c.candidate)} | {diff} | {ci} | {c.margin:g} | {half} | {needed} | {p} | "
+            f"{c.paired}/{c.n_items} | {c.base_failed}/{c.candidate_failed} | {verdict} |"
         )
         notes += _cell_notes(c, metric, f"{c.row} / {bench.display} {metric.display}")
     if notes:
@@ -495,8 +521,12 @@ def render_markdown(result: Comparison) -> str:
         "repeats averaged per item first; a metric that weighs a failed judgment 0 pairs only the items both runs "
         "scored, others count a failure wrong on its side. Points: differences x 100 (accuracy points; nDCG x "
         "100). McNemar: exact two-sided, discordant (item, repeat) pairs as base-only/candidate-only right. Failed: "
-        "records counted in n_failed (all repeats). Exit 3: a cell is incomplete (a run holds failures of the "
-        "backend: rerun its command to retry them) or unscored (no item scored on both sides).",
+        "records counted in n_failed (all repeats). Detectable: the interval's half-width, the smallest difference "
+        "this sample could detect; a cell whose interval is wider than twice its margin is underpowered (a change "
+        "as large as the margin could go unseen), and Items for margin is the paired items that would narrow it to "
+        "the margin (items x (half-width / margin)^2). Exit 3: a cell is incomplete (a run holds failures of the "
+        "backend: rerun its command to retry them) or unscored (no item scored on both sides), or underpowered "
+        f"with --require-power (here {'on' if cfg.get('require_power') else 'off'}).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -533,7 +563,7 @@ def write_comparison(result: Comparison, out_dir: Path) -> None:
     write_text_atomic(out_dir / "compare.md", render_markdown(result))
 
 
-def load_config(path: Path | None, *, margin: float | None) -> CompareConfig:
+def load_config(path: Path | None, *, margin: float | None, require_power: bool = False) -> CompareConfig:
     """The config file (if any) with `--margin` on top.
 
     Raises:
@@ -546,6 +576,8 @@ def load_config(path: Path | None, *, margin: float | None) -> CompareConfig:
     data = read_yaml_mapping(path, what="compare config") if path is not None else {}
     if margin is not None:
         data["margin"] = margin
+    if require_power:
+        data["require_power"] = True
     try:
         return CompareConfig(**data)
     except ValidationError as exc:
@@ -565,6 +597,14 @@ def verdict_lines(result: Comparison, base_run: Path, cand_run: Path, out: Path)
         shown = "; ".join(ungated[:5]) + (" ..." if len(ungated) > 5 else "")
         lines.append((f"not gated: {len(ungated)} cell(s): {shown}; finish the runs (rerun their commands) and "
                       "compare again", True))
+    weak = [f"{c.row} / {c.benchmark} {c.metric} (±{(c.half_width or 0) * 100:.1f} points against a margin of "
+            f"{c.margin:g}; {c.items_needed or '-'} items would do)"
+            for c in result.cells if c.verdict == "underpowered"]
+    if weak:
+        shown = "; ".join(weak[:5]) + (" ..." if len(weak) > 5 else "")
+        lines.append((f"underpowered: {len(weak)} cell(s) could not have seen a change of their margin: {shown}; "
+                      "run more items or seeds" + ("" if result.config.get("require_power") else
+                                                   " (--require-power makes this exit 3)"), True))
 
     figure = panels_of(base_run)
     pairs = ([(Path(base_run) / p, Path(cand_run) / p, out / f"compare-{p}.html") for p in figure["panels"]]

@@ -53,7 +53,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 list_app = typer.Typer(help="List what exists: tables, benchmarks, evaluators, models.", no_args_is_help=True)
-cache_app = typer.Typer(help="Inspect or clear the call cache.", no_args_is_help=True)
+cache_app = typer.Typer(help="Inspect, clear or export the call cache.", no_args_is_help=True)
 bench_app = typer.Typer(help="Micro-benchmarks that print measured ratios.", no_args_is_help=True)
 app.add_typer(list_app, name="list")
 app.add_typer(cache_app, name="cache")
@@ -313,17 +313,16 @@ def serve_(
 
 def _run_and_report(plan, out_dir: Path, *, options, config: dict, parallel: int, command: str, outputs: Outputs,
                     endpoints: dict) -> None:
-    from harness.cache import CallCache
     from harness.commands.runner import prepare, run_plan
     from harness.commands.setup import as_dict, drive
     from harness.pool import BackendPool
     from reports.report import write_reports
 
-    pool = BackendPool(options=options, cache=None if outputs.no_cache else CallCache(), endpoints=endpoints)
+    pool = BackendPool(options=options, cache=outputs.call_cache(), endpoints=endpoints)
     ready = prepare(plan, pool)
     summary = drive(pool, lambda: run_plan(
         plan, out_dir, pool, ready=ready, parallel=parallel, command=command,
-        config={**config, "backend": as_dict(options), "no_cache": outputs.no_cache},
+        config={**config, "backend": as_dict(options), **outputs.recorded()},
         overwrite=outputs.overwrite, wait=outputs.wait, retry_failed=outputs.retry_failed,
     ))
     write_reports(out_dir)
@@ -439,6 +438,14 @@ def compare(
     ] = None,
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="Where compare.md and compare.json go (default: CAND_RUN).")] = None,
+    junit: Annotated[Optional[Path], typer.Option(
+        "--junit", help="Also write the verdicts as JUnit XML for a CI test report, one test per cell.")] = None,
+    summary: Annotated[Optional[Path], typer.Option(
+        "--summary", help='Also write a short Markdown summary for a CI step summary or a PR comment '
+        '(--summary "$GITHUB_STEP_SUMMARY").')] = None,
+    require_power: Annotated[bool, typer.Option(
+        "--require-power", help="Exit 3 when a cell is underpowered: its interval is wider than twice its margin, "
+        "so a change of the margin could have gone unseen.")] = False,
 ) -> None:
     """The regression gate: compare a candidate run with a baseline run of the same table, cell by cell.
 
@@ -447,12 +454,16 @@ def compare(
     when the whole interval is below -margin). Failures are counted per cell on both sides. Exit code 1 when any
     cell regresses; 2 when the runs are not comparable (other items, data, verifier or settings: the message
     says which); 3 when a cell cannot be gated (a run still holds failures of the backend that its rerun would
-    retry, or no item was scored on both sides); else 0.
+    retry, or no item was scored on both sides; with --require-power, or a cell is underpowered); else 0. A cell
+    whose interval is wider than twice its margin is underpowered: its half-width (the smallest difference it
+    could detect) and the items its margin needs are printed. --junit and --summary add reports for CI.
     """
     from reports.compare import compare_runs, load_config, verdict_lines, write_comparison
+    from reports.gate_ci import write_ci_reports
 
-    result = compare_runs(base_run, cand_run, load_config(config, margin=margin))
+    result = compare_runs(base_run, cand_run, load_config(config, margin=margin, require_power=require_power))
     write_comparison(result, out or cand_run)
+    write_ci_reports(result.to_json(), junit=junit, summary=summary)
     for line, to_stderr in verdict_lines(result, base_run, cand_run, out or cand_run):
         typer.echo(line, err=to_stderr)
     raise typer.Exit(result.exit_code)
@@ -674,6 +685,22 @@ def cache_clear(
     if not yes and not typer.confirm(f"delete {what} from {cache.path}?"):
         raise typer.Exit(1)
     typer.echo(f"deleted {cache.clear(model=model)} entries")
+
+
+@cache_app.command("export")
+def cache_export(
+    run_dirs: Annotated[list[Path], typer.Argument(
+        metavar="RUN_DIR", help="Run directories of `harness run` or `harness eval`.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The file to write (replaced if it exists).")],
+) -> None:
+    """Write exactly the calls some runs made (the union of their calls.sqlite) as one small call-cache file, for
+    `--replay FILE`; prints the calls per model. Exit code 2 for a directory without calls.sqlite."""
+    from harness.calllog import export_calls
+
+    counts = export_calls(run_dirs, out)
+    typer.echo(f"wrote {sum(counts.values())} calls of {len(run_dirs)} run(s) to {out}")
+    for model, count in counts.items():
+        typer.echo(f"  {count:>8}  {model}")
 
 
 # ---------------------------------------------------------------------------------------------------- bench

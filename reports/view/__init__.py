@@ -9,8 +9,9 @@ gold one and whether the record counted right, wrong or tied (raw model texts be
 scores; a pairwise judge's games in both orders); for policy runs the prompt, the answer with its reasoning
 folded and the judgment (Arena-Hard's two games; a checker's extracted answer against the gold one). With two
 runs, a third tab lists the records whose outcome changed, side by side: the drill-down behind
-`harness compare`. Two runs of which no record pairs are refused with compare's differences; runs that pair in
-part (one still running) are shown, and the differences compare names are returned as notes.
+`harness compare`, and the overview opens on compare's verdict per cell (`reports.view.page.gate`) or its
+differences. Two runs of which no record pairs are refused with compare's differences; runs that pair in part
+(one still running) are shown, and the differences compare names are returned as notes.
 
 Outcomes come from the benchmarks' declared metrics (`reports.view.outcome`), computed here; the page's script
 only shows them. Every record text is set as text, never parsed as HTML.

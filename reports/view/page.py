@@ -5,9 +5,10 @@ Layout of the embedded data. One `data` block holds what the page needs at once:
 (`reports.view.runs`), its evaluators (a spec and the row labels that share it) and its benchmarks' fingerprints;
 the benchmarks (display names, metrics); the items keyed by fingerprint (shared by two runs of the same data);
 the record index, one compact array per record (`INDEX_FIELDS`); and, for two runs, the records whose outcome
-changed. Each record's detail (scores, rubric, verdicts, answer, judgment, raw texts, failures) is in a
-`details` block of `CHUNK` records, parsed only when one of its records is opened, so a run of tens of
-thousands of records opens at once. Texts are cut as `reports.view.items` states.
+changed and the gate's verdict per cell (`gate`: what `harness compare` says of the two runs). Each record's
+detail (scores, rubric, verdicts, answer, judgment, raw texts, failures) is in a `details` block of `CHUNK`
+records, parsed only when one of its records is opened, so a run of tens of thousands of records opens at once.
+Texts are cut as `reports.view.items` states.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ConfigError
 from harness.records import EvalRecord
 from harness.runstore import write_text_atomic
 from reports.results import benchmark
@@ -153,7 +155,30 @@ def build_data(runs: Sequence[RunData], *, data_dir: Path | None = None) -> tupl
             "limits": {"text": TEXT_CHARS, "raw": RAW_CHARS}}
     if len(runs) == 2:
         data["changes"] = _changes(runs, placed, bench_objs)
+        data["gate"] = gate(runs[0].path, runs[1].path)
     return data, details
+
+
+GATE_FIELDS = ("row", "benchmark", "metric", "base", "candidate", "diff", "ci_low", "ci_high", "margin",
+               "half_width", "items_needed", "paired", "n_items", "verdict")
+"""What the page keeps of each of compare's cells (`reports.compare.Cell`); values unscaled, as there."""
+
+
+def gate(base: Path, cand: Path) -> dict[str, Any]:
+    """`harness compare`'s verdicts for the page of two runs, with its default config (`CompareConfig`): per cell
+    the fields `GATE_FIELDS` (numbers rounded), the exit code and the differences that make the runs not
+    comparable. A run compare refuses to read (one still being written) gives its reason as the one difference:
+    the page still pairs what it can."""
+    from reports.compare import EXIT_INCOMPARABLE, compare_runs
+
+    try:
+        found = compare_runs(base, cand).to_json()
+    except ConfigError as exc:
+        return {"cells": [], "exit_code": EXIT_INCOMPARABLE, "differences": [str(exc)], "alpha": None}
+    cells = [{k: _round(v) if isinstance(v, float) else v for k, v in cell.items() if k in GATE_FIELDS}
+             for cell in found["cells"]]
+    return {"cells": cells, "exit_code": found["exit_code"], "differences": found["differences"],
+            "alpha": found["config"]["alpha"]}
 
 
 def embed(value: Any) -> str:

@@ -173,8 +173,55 @@
           h("td", null, f.retried ? "retried" : "final (counted)"), h("td", { class: "small" }, f.example));
       })));
   }
+  function points(x, signed) {
+    if (x === null || x === undefined) return "-";
+    const text = (x * 100).toFixed(2);
+    return signed && x >= 0 ? "+" + text : text;
+  }
+  function gateSection(gate) {
+    // harness compare's verdicts (computed when the page was built; shown, never re-derived)
+    const part = h("div", { id: "gate", "data-exit": gate.exit_code, "data-comparable": gate.differences.length ? "false" : "true" },
+      h("h2", null, "Gate"));
+    if (gate.differences.length) {
+      part.append(h("p", { class: "warn" }, "Not comparable (harness compare exits 2), so no verdict is shown:"),
+        h("ul", { class: "notes gate-differences" }, gate.differences.map(function (d) { return h("li", null, d); })));
+      return part;
+    }
+    const level = gate.alpha === null ? "" : Math.round((1 - gate.alpha) * 100) + "% ";
+    const count = {};
+    gate.cells.forEach(function (c) { count[c.verdict] = (count[c.verdict] || 0) + 1; });
+    part.append(h("p", null, "As harness compare says (with its default margins): exit code " + gate.exit_code + "; " + gate.cells.length + " cell(s): " +
+      Object.keys(count).map(function (v) { return count[v] + " " + v; }).join(", ") + "."));
+    const head = ["Row", "Benchmark", "Metric", "Base", "Candidate", "Diff (points) [" + level + "interval]", "Margin",
+      "Detectable (\u00b1 points)", "Items for margin", "Items paired", "Verdict"];
+    part.append(h("table", { class: "gate" },
+      h("thead", null, h("tr", null, head.map(function (c) { return h("th", null, c); }))),
+      h("tbody", null, gate.cells.map(function (c) {
+        const b = benchIndex(c.benchmark);
+        const m = b >= 0 ? BENCH[b].metrics.find(function (x) { return x.name === c.metric; }) : null;
+        function value(x) {
+          if (x === null || x === undefined) return "-";
+          return m ? (x * m.scale).toFixed(m.digits) : fmt(x);
+        }
+        const diff = c.diff === null ? "-" : points(c.diff, true) + " [" + points(c.ci_low, true) + ", " + points(c.ci_high, true) + "]";
+        return h("tr", { class: "gate-cell", "data-verdict": c.verdict, "data-row": c.row, "data-bench": c.benchmark, "data-metric": c.metric },
+          h("td", null, c.row), h("td", null, b >= 0 ? BENCH[b].display : c.benchmark), h("td", null, m ? m.display : c.metric),
+          h("td", { class: "num" }, value(c.base)), h("td", { class: "num" }, value(c.candidate)),
+          h("td", { class: "num", "data-role": "diff" }, diff), h("td", { class: "num", "data-role": "margin" }, String(c.margin)),
+          h("td", { class: "num", "data-role": "half-width" }, c.half_width === null || c.half_width === undefined ? "-" : "\u00b1" + points(c.half_width)),
+          h("td", { class: "num", "data-role": "items-needed" }, c.items_needed === null || c.items_needed === undefined ? "-" : String(c.items_needed)),
+          h("td", { class: "num" }, c.paired + " / " + c.n_items),
+          h("td", null, h("span", { class: "badge verdict verdict-" + c.verdict.replace(/ /g, "-"), "data-verdict": c.verdict }, c.verdict)));
+      }))));
+    part.append(h("p", { class: "small muted" }, "Points: differences x 100. Regression or improvement: the whole interval lies beyond the margin; " +
+      "underpowered: the interval is wider than twice the margin (its half-width, the smallest difference these items could detect, exceeds it), " +
+      "and Items for margin is the paired items that would narrow it to the margin; incomplete: a run holds failures a rerun retries; " +
+      "unscored: no item scored on both sides. harness compare --config may set other margins."));
+    return part;
+  }
   function renderOverview() {
     const root = clear(byId("overview"));
+    if (TWO && DATA.gate) root.append(gateSection(DATA.gate));
     RUNS.forEach(function (run, n) {
       const ov = run.overview;
       const part = h("div", { class: "run-overview", "data-run": n });

@@ -111,6 +111,36 @@ def test_a_small_loss_within_the_margin_is_no_change(tmp_path: Path):
     assert strict.cells[0].margin == 0.0 and strict.cells[0].ci_high <= 0
 
 
+def test_a_gate_too_small_for_its_margin_says_underpowered_and_require_power_exits_3(tmp_path: Path):
+    """100 items, one seed, a 7-point drop (10 items lost, 3 gained) against a 2-point margin: the interval cannot
+    exclude the margin, so the cell is underpowered (not "no significant change"), with its half-width and the
+    items that would do; exit 0, and 3 with --require-power."""
+    base = [i % 10 < 7 for i in range(100)]
+    cand = list(base)
+    lost = [i for i, ok in enumerate(base) if ok][:10]
+    gained = [i for i, ok in enumerate(base) if not ok][:3]
+    for i in lost:
+        cand[i] = False
+    for i in gained:
+        cand[i] = True
+    base_dir, cand_dir = _runs(tmp_path, base, cand)
+    proc = _cli(str(base_dir), str(cand_dir), "--margin", "2", "--out", str(tmp_path / "gate"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "gate" / "compare.json").read_text())
+    (cell,) = report["cells"]
+    assert cell["diff"] == pytest.approx(-0.07) and cell["ci_high"] * 100 > -2
+    assert cell["verdict"] == "underpowered" and report["underpowered"] == 1
+    assert cell["half_width"] == pytest.approx((cell["ci_high"] - cell["ci_low"]) / 2)
+    assert cell["half_width"] * 100 > 2
+    assert cell["items_needed"] == int(np.ceil(100 * (cell["half_width"] * 100 / 2) ** 2)) > 100
+    assert "underpowered" in (tmp_path / "gate" / "compare.md").read_text()
+    assert "underpowered: 1 cell(s) could not have seen a change of their margin" in proc.stderr
+    required = _cli(str(base_dir), str(cand_dir), "--margin", "2", "--require-power", "--out", str(tmp_path / "g2"))
+    assert required.returncode == 3, required.stdout + required.stderr
+    wide_margin = compare_runs(base_dir, cand_dir, CompareConfig(margin=20.0, require_power=True))
+    assert wide_margin.cells[0].verdict == "no significant change" and wide_margin.exit_code == 0
+
+
 @pytest.mark.parametrize(
     ("cand_spec", "data", "models", "message"),
     [

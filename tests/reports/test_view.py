@@ -370,11 +370,80 @@ def test_two_runs_list_the_records_whose_outcome_changed(table1_runs):
     assert found == expected
     assert {c for *_, c in found} == {"right to wrong", "wrong to right"}
     assert f"{len(expected)} changed)" in done.stdout
+    gated = json.loads((cand / "compare.json").read_text())  # written by `harness compare` above
+    assert data["gate"]["exit_code"] == gated["exit_code"] == gate.returncode
+    assert [(c["row"], c["metric"], c["verdict"]) for c in data["gate"]["cells"]] == \
+        [(c["row"], c["metric"], c["verdict"]) for c in gated["cells"]]
     index = list(_index(data, details))
     for c in data["changes"]:
         assert c["rows"] == [DR_ROW]
         assert index[c["base"]][:5] == (0, b_spec, "ultrafeedback", c["item"], c["repeat"])
         assert index[c["cand"]][:5] == (1, c_spec, "ultrafeedback", c["item"], c["repeat"])
+
+
+def gate_runs(root: Path) -> tuple[Path, Path]:
+    """Two synthetic table1 runs on 6 items x 1 repeat (no failures) that the gate judges apart: DR_ROW is right
+    on every item in the base and wrong on every item in the candidate (a regression); JUDGE_ROW is right on
+    items 1-3 in the base and on items 2-4 in the candidate (no change on average, but 6 items cannot see one
+    of compare's default margin of 1 point: underpowered)."""
+    right = {DR_ROW: ({0, 1, 2, 3, 4, 5}, set()), JUDGE_ROW: ({0, 1, 2}, {1, 2, 3})}
+    runs = []
+    for side, name in enumerate(("base", "cand")):
+        run = synthetic_run(root / name, items=6, repeats=1)
+        label = {spec: label for label, spec in SYNTHETIC_ROWS.items()}
+        order: dict[str, int] = {}
+
+        def scored(line: dict, side: int = side) -> dict:
+            n = order.setdefault(line["item"], len(order))
+            good = n in right[label[line["evaluator"]]][side]
+            wins = line["preferred"] if good else 1 - line["preferred"]
+            return {**line, "scores": [float(k == wins) for k in range(2)],
+                    "trace": {**line["trace"], "failures": []}}
+
+        _rewrite(run, scored)
+        runs.append(run)
+    return runs[0], runs[1]
+
+
+def _renamed_first_item(line: dict) -> dict:
+    """A record line of a synthetic run, its item renamed if it is the first item (the runs then pair in part)."""
+    return {**line, "item": line["item"] + "-new"} if line["item"].endswith(":0") else line
+
+
+def test_two_run_page_shows_the_gates_verdict_per_cell(tmp_path: Path):
+    """The page of two runs holds `harness compare`'s cells (rounded): a regression, and an underpowered cell
+    with its detectable half-width and the items it would need; runs compare would not compare hold its
+    differences instead of verdicts."""
+    from reports.compare import compare_runs
+
+    base, cand = gate_runs(tmp_path)
+    page = tmp_path / "gate.html"
+    done = harness("view", str(base), str(cand), "--out", str(page))
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    gate = page_data(page)[0]["gate"]
+    assert gate["exit_code"] == 1 and gate["differences"] == [] and gate["alpha"] == 0.05
+    cells = {c["row"]: c for c in gate["cells"]}
+    assert set(cells) == {DR_ROW, JUDGE_ROW} and {c["metric"] for c in gate["cells"]} == {"acc"}
+    drop = cells[DR_ROW]
+    assert (drop["verdict"], drop["base"], drop["candidate"], drop["diff"]) == ("regression", 1.0, 0.0, -1.0)
+    assert (drop["ci_low"], drop["ci_high"], drop["half_width"], drop["items_needed"]) == (-1.0, -1.0, 0.0, 1)
+    weak = cells[JUDGE_ROW]
+    expected = next(c for c in compare_runs(base, cand).cells if c.row == JUDGE_ROW)
+    assert weak["verdict"] == expected.verdict == "underpowered"
+    assert weak["half_width"] == round(expected.half_width, 4)
+    assert weak["half_width"] * 100 > weak["margin"] == 1
+    assert weak["items_needed"] == expected.items_needed > 6 and (weak["paired"], weak["n_items"]) == (6, 6)
+    assert weak["diff"] == 0.0 and weak["ci_low"] < -0.01 < 0.01 < weak["ci_high"]
+    assert all(isinstance(v, int) or v is None or len(repr(v)) <= 7
+               for c in gate["cells"] for v in c.values() if not isinstance(v, str))  # rounded: 4 decimals
+
+    partial = synthetic_run(tmp_path / "partial", items=6, repeats=1)
+    _rewrite(partial, _renamed_first_item)
+    done = harness("view", str(base), str(partial), "--out", str(tmp_path / "partial.html"))
+    assert done.returncode == 0, done.stderr
+    gate = page_data(tmp_path / "partial.html")[0]["gate"]
+    assert gate["exit_code"] == 2 and gate["differences"] == compare_runs(base, partial).differences
+    assert any("(item, repeat) sets differ" in d for d in gate["differences"])
 
 
 HOSTILE = '</script><script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">&amp; @@DATA@@'
@@ -671,6 +740,48 @@ def test_browser_policy_items_and_the_two_run_drill_down(browser, policy_pages, 
     sides = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#change .sidebyside .record"))
     assert [s.get_attribute("data-status") for s in sides] == ["right", "wrong"]
     save_shot(browser, request, shots, "two-runs-change")
+    assert js_errors(browser) == []
+
+
+@pytest.mark.slow
+def test_browser_two_run_page_opens_on_the_gate(browser, tmp_path: Path, shots: Path,
+                                                 request: pytest.FixtureRequest):
+    """The two-run page's overview starts with the gate's table: each cell's verdict as a visible state (its own
+    class and `data-verdict`), the underpowered cell's detectable half-width and items needed; runs compare would
+    not compare show its differences and no verdict."""
+    from selenium.webdriver.common.by import By
+
+    base, cand = gate_runs(tmp_path)
+    page = tmp_path / "gate.html"
+    assert harness("view", str(base), str(cand), "--out", str(page)).returncode == 0
+    cells = {c["row"]: c for c in page_data(page)[0]["gate"]["cells"]}
+    open_page(browser, page)
+    first = browser.find_element(By.CSS_SELECTOR, "#overview > *")
+    assert first.get_attribute("id") == "gate" and first.get_attribute("data-exit") == "1"
+    rows = {r.get_attribute("data-row"): r for r in first.find_elements(By.CSS_SELECTOR, "table.gate tr.gate-cell")}
+    assert {row: r.get_attribute("data-verdict") for row, r in rows.items()} == \
+        {DR_ROW: "regression", JUDGE_ROW: "underpowered"}
+    weak = rows[JUDGE_ROW]
+    assert weak.find_element(By.CSS_SELECTOR, 'td[data-role="half-width"]').text == \
+        f"±{cells[JUDGE_ROW]['half_width'] * 100:.2f}"
+    assert weak.find_element(By.CSS_SELECTOR, 'td[data-role="items-needed"]').text == \
+        str(cells[JUDGE_ROW]["items_needed"])
+    for row, verdict in ((DR_ROW, "regression"), (JUDGE_ROW, "underpowered")):
+        badge = rows[row].find_element(By.CSS_SELECTOR, ".verdict")
+        assert badge.text == verdict and f"verdict-{verdict}" in badge.get_attribute("class").split()
+        assert badge.value_of_css_property("background-color") != "rgba(0, 0, 0, 0)"  # styled: a visible state
+    assert rows[DR_ROW].find_element(By.CSS_SELECTOR, 'td[data-role="diff"]').text == \
+        "-100.00 [-100.00, -100.00]"
+    save_shot(browser, request, shots, "two-runs-gate")
+
+    partial = synthetic_run(tmp_path / "partial", items=6, repeats=1)
+    _rewrite(partial, _renamed_first_item)
+    assert harness("view", str(base), str(partial), "--out", str(tmp_path / "partial.html")).returncode == 0
+    differences = page_data(tmp_path / "partial.html")[0]["gate"]["differences"]
+    open_page(browser, tmp_path / "partial.html")
+    gate = browser.find_element(By.ID, "gate")
+    assert gate.get_attribute("data-comparable") == "false" and not gate.find_elements(By.CSS_SELECTOR, "table")
+    assert [li.text for li in gate.find_elements(By.CSS_SELECTOR, "ul.gate-differences li")] == differences
     assert js_errors(browser) == []
 
 
