@@ -84,6 +84,9 @@ class CompareConfig(BaseModel):
     alpha: float = Field(0.05, gt=0, lt=1, description="Two-sided: the interval covers 1 - alpha.")
     seed: int = 0
     require_power: bool = Field(False, description="An underpowered cell makes the gate exit 3.")
+    canary_min_agreement: float = Field(
+        0.9, ge=0, le=1, description="The drift canary's least agreement with BASE_RUN's stored answers (below: "
+        "exit 2).")
 
     @field_validator("margins")
     @classmethod
@@ -174,6 +177,8 @@ class Comparison:
     config: dict[str, Any]
     cells: list[Cell] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
+    canary: dict[str, Any] | None = None
+    """The drift canary's findings (`harness.commands.canary`), None where it did not run."""
 
     @property
     def comparable(self) -> bool:
@@ -200,6 +205,7 @@ class Comparison:
             "ungated": sum(c.verdict in UNGATED for c in self.cells),
             "underpowered": sum(c.verdict == "underpowered" for c in self.cells),
             "config": self.config,
+            "canary": self.canary,
             "cells": [asdict(c) for c in self.cells],
         }
 
@@ -514,6 +520,8 @@ def render_markdown(result: Comparison) -> str:
         notes += _cell_notes(c, metric, f"{c.row} / {bench.display} {metric.display}")
     if notes:
         lines += ["", "Failures and differences from the runs' own results:", ""] + [f"- {n}" for n in notes]
+    if result.canary is not None:
+        lines += ["", *canary_lines(result.canary)]
     cfg = result.config
     lines += [
         "",
@@ -529,6 +537,18 @@ def render_markdown(result: Comparison) -> str:
         f"with --require-power (here {'on' if cfg.get('require_power') else 'off'}).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def canary_lines(canary: Mapping[str, Any]) -> list[str]:
+    """What compare.md says of the drift canary (`harness.commands.canary`)."""
+    lines = [f"Drift canary: {canary.get('calls', 0)} call(s) re-asked without the cache"
+             + (f", threshold {canary['threshold']:.0%}:" if "threshold" in canary else ":")]
+    for m in canary.get("models", []):
+        agreement = "-" if m.get("agreement") is None else f"{m['agreement']:.0%}"
+        diff = "" if m.get("logprob_diff") is None else f", mean |Δ logprob| {m['logprob_diff']:.3f}"
+        failed = f", {m['failed']} not answered" if m.get("failed") else ""
+        lines.append(f"- {m['spec']}: {m['agreed']}/{m['asked'] - m['failed']} agree ({agreement}){diff}{failed}")
+    return lines + [f"- {why}" for why in canary.get("skipped", [])]
 
 
 def _cell_notes(c: Cell, metric: Metric, where: str) -> list[str]:
@@ -597,6 +617,9 @@ def verdict_lines(result: Comparison, base_run: Path, cand_run: Path, out: Path)
         shown = "; ".join(ungated[:5]) + (" ..." if len(ungated) > 5 else "")
         lines.append((f"not gated: {len(ungated)} cell(s): {shown}; finish the runs (rerun their commands) and "
                       "compare again", True))
+    for why in (result.canary or {}).get("skipped", []):
+        if "not re-asked" in why:
+            lines.append((f"drift canary: {why}", True))
     weak = [f"{c.row} / {c.benchmark} {c.metric} (±{(c.half_width or 0) * 100:.1f} points against a margin of "
             f"{c.margin:g}; {c.items_needed or '-'} items would do)"
             for c in result.cells if c.verdict == "underpowered"]

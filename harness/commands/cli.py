@@ -23,6 +23,7 @@ from harness.commands.options import (
     Devices,
     EndpointsOption,
     EvalRun,
+    Gate,
     PolicyEval,
     LmEvalRun,
     NoCacheOption,
@@ -428,43 +429,35 @@ def report(
 
 
 @app.command()
+@takes_groups
 def compare(
     base_run: Annotated[Path, typer.Argument(help="The baseline run directory.")],
     cand_run: Annotated[Path, typer.Argument(help="The candidate run directory.")],
-    margin: Annotated[Optional[float], typer.Option(
-        "--margin", min=0, help="Points (0-100 scale) a change must clear; default 1.")] = None,
-    config: Annotated[Optional[Path], typer.Option(
-        "--config", help="YAML: margin, margins (per BENCHMARK or BENCHMARK.METRIC), n_resamples, alpha, seed.")
-    ] = None,
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Where compare.md and compare.json go (default: CAND_RUN).")] = None,
-    junit: Annotated[Optional[Path], typer.Option(
-        "--junit", help="Also write the verdicts as JUnit XML for a CI test report, one test per cell.")] = None,
-    summary: Annotated[Optional[Path], typer.Option(
-        "--summary", help='Also write a short Markdown summary for a CI step summary or a PR comment '
-        '(--summary "$GITHUB_STEP_SUMMARY").')] = None,
-    require_power: Annotated[bool, typer.Option(
-        "--require-power", help="Exit 3 when a cell is underpowered: its interval is wider than twice its margin, "
-        "so a change of the margin could have gone unseen.")] = False,
+    *,
+    gate: Gate,
 ) -> None:
     """The regression gate: compare a candidate run with a baseline run of the same table, cell by cell.
 
     Rows match by label, records by (benchmark, item, repeat). Per cell and declared metric: the difference with a
     paired bootstrap interval over items, McNemar's exact test for strict accuracies, and a verdict (regression
-    when the whole interval is below -margin). Failures are counted per cell on both sides. Exit code 1 when any
-    cell regresses; 2 when the runs are not comparable (other items, data, verifier or settings: the message
-    says which); 3 when a cell cannot be gated (a run still holds failures of the backend that its rerun would
-    retry, or no item was scored on both sides; with --require-power, or a cell is underpowered); else 0. A cell
-    whose interval is wider than twice its margin is underpowered: its half-width (the smallest difference it
-    could detect) and the items its margin needs are printed. --junit and --summary add reports for CI.
+    when the whole interval is below -margin; underpowered when the interval is wider than twice the margin, with
+    the items the margin needs). Failures are counted per cell on both sides. A drift canary re-asks a sample of
+    BASE_RUN's requests to the models both runs share. Exit code 1 when any cell regresses; 2 when the runs are not
+    comparable (other items, data, verifier or settings, or a shared model that no longer answers as BASE_RUN
+    stored: the message says which); 3 when a cell cannot be gated (a run still holds failures of the backend
+    that its rerun would retry, or no item was scored on both sides; with --require-power, a cell is
+    underpowered); else 0. --junit and --summary add reports for CI.
     """
+    from harness.commands.canary import check as drift
     from reports.compare import compare_runs, load_config, verdict_lines, write_comparison
     from reports.gate_ci import write_ci_reports
 
-    result = compare_runs(base_run, cand_run, load_config(config, margin=margin, require_power=require_power))
-    write_comparison(result, out or cand_run)
-    write_ci_reports(result.to_json(), junit=junit, summary=summary)
-    for line, to_stderr in verdict_lines(result, base_run, cand_run, out or cand_run):
+    cfg = load_config(gate.config, margin=gate.margin, require_power=gate.require_power)
+    result = compare_runs(base_run, cand_run, cfg)
+    drift(result, base_run, cand_run, requests=gate.canary, local=gate.canary_local)
+    write_comparison(result, gate.out or cand_run)
+    write_ci_reports(result.to_json(), junit=gate.junit, summary=gate.summary)
+    for line, to_stderr in verdict_lines(result, base_run, cand_run, gate.out or cand_run):
         typer.echo(line, err=to_stderr)
     raise typer.Exit(result.exit_code)
 

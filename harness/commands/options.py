@@ -212,6 +212,34 @@ class PolicyEval:
                 if v is not None}
 
 
+def _path(flag: str, help: str) -> Any:
+    """An optional path option: `Optional[Path]` with its flag and help."""
+    return Annotated[Optional[Path], typer.Option(flag, help=help)]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """`compare`'s options: the margins, the outputs, power and the drift canary."""
+
+    margin: Annotated[Optional[float], typer.Option(
+        "--margin", min=0, help="Points (0-100 scale) a change must clear; default 1.")] = None
+    config: _path("--config", "YAML: margin, margins (per BENCHMARK or BENCHMARK.METRIC), n_resamples, alpha, seed, "
+                  "require_power, canary_min_agreement.") = None
+    out: _path("--out", "Where compare.md and compare.json go (default: CAND_RUN).") = None
+    junit: _path("--junit", "Also write the verdicts as JUnit XML for a CI test report, one test per cell.") = None
+    summary: _path("--summary", 'Also write a short Markdown summary for a CI step summary or a PR comment '
+                   '(--summary "$GITHUB_STEP_SUMMARY").') = None
+    require_power: Annotated[bool, typer.Option(
+        "--require-power", help="Exit 3 when a cell is underpowered: its interval is wider than twice its margin, "
+        "so a change of the margin could have gone unseen.")] = False
+    canary: Annotated[int, typer.Option(
+        "--canary", min=0, metavar="N", help="Re-ask N of BASE_RUN's stored greedy requests to the models both runs "
+        "share (verifier, judge), without the cache; below canary_min_agreement (--config) the runs are not "
+        "comparable (exit 2). 0 skips it.")] = 32
+    canary_local: Annotated[bool, typer.Option(
+        "--canary-local", help="Also re-ask models identified by their weights (left out by default).")] = False
+
+
 @dataclass(frozen=True)
 class ScoreRun:
     """`score`'s run options (its `--out` is the output file, not a run directory)."""
@@ -330,7 +358,7 @@ def _group_parameters(group: type) -> list[tuple[str, Any, Any]]:
     return found
 
 
-GROUPS = (Backend, Devices, Outputs, Sampling, TableRun, EvalRun, PolicyEval, ScoreRun, PromptSet, LmEvalRun, TrainRun)
+GROUPS = (Backend, Devices, Outputs, Sampling, TableRun, EvalRun, PolicyEval, Gate, ScoreRun, PromptSet, LmEvalRun, TrainRun)
 
 
 def takes_groups(verb: Callable) -> Callable:
