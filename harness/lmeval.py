@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import logging
 import threading
@@ -214,6 +215,13 @@ class HarnessLM(_LMBase):  # type: ignore[misc,valid-type]
     def hits(self) -> int:
         return getattr(self.backend, "hits", 0)
 
+    def recording_calls(self, path: Path | None) -> Any:
+        """Record the calls made within the block in `path` (a run's calls.sqlite), as `harness run` does; nothing
+        for a backend built elsewhere or without a call cache."""
+        if self._pool is None or path is None:
+            return contextlib.nullcontext()
+        return self._pool.recording_calls(path)
+
     def close(self) -> None:
         """Close the backends built here and stop the event loop."""
         if self._loop.is_closed():
@@ -253,7 +261,8 @@ def _loglikelihood_request(context: Any, continuation: str) -> LoglikelihoodRequ
 def run_lm_eval(model: str, tasks: Sequence[str], out: Path, *, include_path: Path | None = None,
                 limit: int | None = None, num_fewshot: int | None = None, chat_template: bool = True,
                 seed: int = 0, options: BackendOptions | None = None, no_cache: bool = False,
-                overwrite: bool = False, wait: bool = False, bootstrap_iters: int = 1000) -> dict[str, Any]:
+                replay: Path | None = None, overwrite: bool = False, wait: bool = False,
+                bootstrap_iters: int = 1000) -> dict[str, Any]:
     """Run lm-eval `tasks` on `model` into the run directory `out`; returns lm-eval's results (without samples).
 
     Writes `results.json` (lm-eval's results, n-shot, versions, configs), `table.md` (lm-eval's table),
@@ -283,16 +292,24 @@ def run_lm_eval(model: str, tasks: Sequence[str], out: Path, *, include_path: Pa
     if unknown:
         raise ConfigError(_unknown_tasks(unknown, include_path))
     built = _build_tasks(manager, tasks)
-    lm = HarnessLM(model, options=options, no_cache=no_cache, seed=seed)
+    if replay is not None and no_cache:
+        raise ConfigError("--replay and --no-cache exclude each other: a replay answers every call from its file")
+    cache = None
+    if replay is not None:
+        from harness.cache import CallCache
+
+        cache = CallCache(replay, read_only=True)
+    lm = HarnessLM(model, options=options, cache=cache, no_cache=no_cache, seed=seed)
     settings = {"model": model, "identity": lm.backend.identity(), "tasks": list(tasks), "limit": limit,
                 "num_fewshot": num_fewshot, "chat_template": chat_template, "seed": seed,
                 "include_path": _fingerprint(include_path), "lm_eval": package_versions(["lm_eval"])["lm_eval"]}
     paths = OutputPaths.run_dir(out)
     output = Output(paths, LMEvalSampleRecord, command="lm-eval", settings=settings,
                     config={"backend": _options_json(options), "no_cache": no_cache,
+                            **({"replay": str(replay)} if replay is not None else {}),
                             "bootstrap_iters": bootstrap_iters}, overwrite=overwrite, wait=wait)
     try:
-        with output:
+        with output, lm.recording_calls(paths.calls):
             results = lm_eval.simple_evaluate(
                 model=lm, tasks=built, num_fewshot=num_fewshot, limit=limit, task_manager=manager,
                 apply_chat_template=chat_template, log_samples=True, bootstrap_iters=bootstrap_iters,

@@ -30,6 +30,7 @@ from harness.commands.options import (
     Outputs,
     OverwriteOption,
     PromptSet,
+    ReplayOption,
     Sampling,
     ScoreRun,
     TableRun,
@@ -510,6 +511,7 @@ def lm_eval_(
     bootstrap_iters: Annotated[int, typer.Option(
         "--bootstrap-iters", min=0, help="lm-eval's bootstrap resamples for standard errors.")] = 1000,
     no_cache: NoCacheOption = False,
+    replay: ReplayOption = None,
     overwrite: OverwriteOption = False,
     wait: WaitOption = False,
     *,
@@ -529,7 +531,7 @@ def lm_eval_(
     names = [t.strip() for t in tasks.split(",") if t.strip()]
     run_lm_eval(model, names, out, include_path=include_path, limit=args.limit, num_fewshot=num_fewshot,
                 chat_template=apply_chat_template, seed=args.seed, options=backend_options(backend),
-                no_cache=no_cache, overwrite=overwrite, wait=wait, bootstrap_iters=bootstrap_iters)
+                no_cache=no_cache, replay=replay, overwrite=overwrite, wait=wait, bootstrap_iters=bootstrap_iters)
     typer.echo("\n".join(summary_lines(out)))
 
 

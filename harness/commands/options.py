@@ -43,6 +43,10 @@ EndpointsOption = Annotated[Optional[Path], typer.Option(
 OverwriteOption = Annotated[bool, typer.Option(
     "--overwrite", help="Discard an existing output (e.g. one made with other settings).")]
 NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Bypass the call cache (nothing read or written).")]
+ReplayOption = Annotated[Optional[Path], typer.Option(
+    "--replay", metavar="FILE", help="Answer every model call from FILE (`harness cache export` writes one), read "
+    "only: no model loads and no server is contacted; a call FILE lacks stops the command (exit 2), keeping what "
+    "was finished. Not with --no-cache.")]
 WaitOption = Annotated[bool, typer.Option(
     "--wait", help="If another process is writing the output, wait for it instead of failing.")]
 
@@ -89,10 +93,7 @@ class Outputs:
     retry_failed: Annotated[bool, typer.Option(
         "--retry-failed", help="Also redo records with parse failures (cached outputs are re-read, not re-asked).")] = (
         False)
-    replay: Annotated[Optional[Path], typer.Option(
-        "--replay", metavar="FILE", help="Answer every model call from FILE (`harness cache export` writes one), read "
-        "only: no model loads and no server is contacted; a call FILE lacks stops the command (exit 2), keeping "
-        "what was finished. Not with --no-cache.")] = None
+    replay: ReplayOption = None
 
     def __post_init__(self) -> None:
         if self.replay is not None and self.no_cache:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,6 +125,18 @@ def test_lm_eval_verb_runs_local_tasks_and_the_rerun_makes_no_model_calls(tmp_pa
     assert again["calls"] == 0 and again["cache_hits"] == 3 + n_options
     assert json.loads((out / "results.json").read_text())["results"] == results
     assert "backend calls: 0" in second.stdout
+
+    # The run recorded its calls: exported, they answer a replay with no model and an empty call cache.
+    exported = tmp_path / "calls-export.sqlite"
+    done = subprocess.run([sys.executable, "-m", "harness", "cache", "export", str(out), "--out", str(exported)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    replay = [*[a if a != str(out) else str(tmp_path / "replayed") for a in argv], "--replay", str(exported)]
+    replayed = subprocess.run(replay, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "HARNESS_CALL_CACHE": str(tmp_path / "empty.sqlite")})
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    assert json.loads((tmp_path / "replayed" / "results.json").read_text())["results"] == results
+    assert not (tmp_path / "empty.sqlite").exists()
 
     other = subprocess.run([a if a != "3" else "2" for a in argv], capture_output=True, text=True, timeout=120)
     assert other.returncode == 2 and "other settings" in other.stderr and "limit" in other.stderr
