@@ -1,4 +1,5 @@
-"""`harness compare BASE_RUN CAND_RUN`: the regression gate between two runs of the same table (no model calls).
+"""`harness compare BASE_RUN CAND_RUN`: the regression gate between two runs of the same table (no model calls
+here; the verb's drift canary, `harness.commands.canary`, makes a few).
 
 Matching. Rows are matched by label (so a baseline checkpoint and a candidate checkpoint in one row compare), and
 within a row the records by (benchmark, item, repeat); only complete repeats count, as in the reports. Every metric
@@ -548,7 +549,8 @@ def canary_lines(canary: Mapping[str, Any]) -> list[str]:
         diff = "" if m.get("logprob_diff") is None else f", mean |Δ logprob| {m['logprob_diff']:.3f}"
         failed = f", {m['failed']} not answered" if m.get("failed") else ""
         lines.append(f"- {m['spec']}: {m['agreed']}/{m['asked'] - m['failed']} agree ({agreement}){diff}{failed}")
-    return lines + [f"- {why}" for why in canary.get("skipped", [])]
+    return (lines + [f"- {why}" for why in canary.get("skipped", [])]
+            + [f"- not re-asked: {why}" for why in canary.get("unreached", [])])
 
 
 def _cell_notes(c: Cell, metric: Metric, where: str) -> list[str]:
@@ -617,9 +619,8 @@ def verdict_lines(result: Comparison, base_run: Path, cand_run: Path, out: Path)
         shown = "; ".join(ungated[:5]) + (" ..." if len(ungated) > 5 else "")
         lines.append((f"not gated: {len(ungated)} cell(s): {shown}; finish the runs (rerun their commands) and "
                       "compare again", True))
-    for why in (result.canary or {}).get("skipped", []):
-        if "not re-asked" in why:
-            lines.append((f"drift canary: {why}", True))
+    for why in (result.canary or {}).get("unreached", []):
+        lines.append((f"drift canary: not re-asked: {why}", True))
     weak = [f"{c.row} / {c.benchmark} {c.metric} (±{(c.half_width or 0) * 100:.1f} points against a margin of "
             f"{c.margin:g}; {c.items_needed or '-'} items would do)"
             for c in result.cells if c.verdict == "underpowered"]

@@ -75,6 +75,8 @@ class CanaryResult:
     models: list[ModelCanary] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """Why a model or the whole canary was left out."""
+    unreached: list[str] = field(default_factory=list)
+    """Shared models that could not be built or reached, each with the error: nothing was checked for them."""
 
     @property
     def calls(self) -> int:
@@ -93,7 +95,7 @@ class CanaryResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"requests": self.requests, "threshold": self.threshold, "calls": self.calls,
-                "skipped": self.skipped,
+                "skipped": self.skipped, "unreached": self.unreached,
                 "models": [{**asdict(m), "agreement": m.agreement} for m in self.models]}
 
 
@@ -109,22 +111,26 @@ def pinned(identity: Mapping[str, Any]) -> bool:
     return bool(identity.get("weights") or identity.get("revision"))
 
 
-def _stored_requests(path: Path, identity: Mapping[str, Any]) -> list[tuple[str, str, dict, Any]]:
-    """(key, op, payload, stored value) of `identity`'s deterministic requests in a run's calls.sqlite."""
+def _stored_requests(path: Path, shared: Mapping[str, Mapping[str, Any]]) -> dict[str, list[tuple[str, str, dict,
+                                                                                                   Any]]]:
+    """Spec -> (key, op, payload, stored value) of each `shared` model's deterministic requests in a run's
+    calls.sqlite, read in one pass."""
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
         rows = conn.execute("SELECT r.key, r.identity, r.op, r.payload, c.value FROM requests r "
                             "JOIN calls c ON c.key = r.key WHERE r.sample = 0 ORDER BY r.key").fetchall()
     finally:
         conn.close()
-    found = []
+    by_identity = {json.dumps(dict(identity), sort_keys=True): spec for spec, identity in shared.items()}
+    found: dict[str, list[tuple[str, str, dict, Any]]] = {}
     for key, who, op, payload, value in rows:
-        if op not in OPS or json.loads(who) != identity:
+        spec = by_identity.get(json.dumps(json.loads(who), sort_keys=True)) if op in OPS else None
+        if spec is None:
             continue
         body = json.loads(payload)
         if op == "generate" and (body.get("temperature") or 0) != 0:
             continue
-        found.append((key, op, body, json.loads(value)))
+        found.setdefault(spec, []).append((key, op, body, json.loads(value)))
     return found
 
 
@@ -223,8 +229,8 @@ def run_canary(base_dir: Path, base: Mapping[str, Any], cand: Mapping[str, Any],
     share (see the module docstring), each model through a backend built from BASE_RUN's backend settings without
     the call cache.
 
-    A model that cannot be built or reached (no server, no key) is left out, and `skipped` says why: the
-    canary then checks nothing for it, which compare.md and the printed lines say.
+    A model that cannot be built or reached (no server, no key) is left out and listed in `unreached` with the
+    error: the canary then checks nothing for it, which compare.md and the printed lines say.
     """
     from harness.backends.base import BackendOptions
     from harness.config import backend_options
@@ -243,14 +249,13 @@ def run_canary(base_dir: Path, base: Mapping[str, Any], cand: Mapping[str, Any],
         for spec in [s for s, identity in shared.items() if pinned(identity)]:
             del shared[spec]
             result.skipped.append(f"{spec}: identified by its weights (--canary-local re-asks it too)")
-    stored = {spec: _stored_requests(path, identity) for spec, identity in sorted(shared.items())}
-    stored = {spec: found for spec, found in stored.items() if found}
+    stored = dict(sorted(_stored_requests(path, shared).items()))
     if not stored:
         result.skipped.append("no deterministic request of a shared model to re-ask")
         return result
     config = base.get("config") or {}
     options = backend_options({k: v for k, v in (config.get("backend") or {}).items()
-                               if k in {f for f in BackendOptions.__dataclass_fields__}}, where="BASE_RUN's backend")
+                               if k in BackendOptions.__dataclass_fields__}, where="BASE_RUN's backend")
     judge = (base.get("settings") or {}).get("judge") or {}
     pool = BackendPool(options=options, cache=None)
     rng = random.Random(seed)
@@ -266,7 +271,7 @@ def run_canary(base_dir: Path, base: Mapping[str, Any], cand: Mapping[str, Any],
                 try:
                     await _reask(pool.get(spec, overrides=overrides or None), found, canary)
                 except HarnessError as exc:  # unreachable or unbuildable: the gate goes on, saying so
-                    result.skipped.append(f"{spec}: not re-asked: {exc}")
+                    result.unreached.append(f"{spec}: {exc}")
                     continue
                 result.models.append(canary)
         finally:

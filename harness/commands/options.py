@@ -43,6 +43,10 @@ EndpointsOption = Annotated[Optional[Path], typer.Option(
 OverwriteOption = Annotated[bool, typer.Option(
     "--overwrite", help="Discard an existing output (e.g. one made with other settings).")]
 NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Bypass the call cache (nothing read or written).")]
+JudgeUrlOption = Annotated[Optional[str], typer.Option(
+    "--judge-base-url", help="Policy runs: the judge's OpenAI-compatible server URL.")]
+JudgeKeyOption = Annotated[Optional[str], typer.Option(
+    "--judge-api-key-env", help="Policy runs: the environment variable holding the judge's API key.")]
 ReplayOption = Annotated[Optional[Path], typer.Option(
     "--replay", metavar="FILE", help="Answer every model call from FILE (`harness cache export` writes one), read "
     "only: no model loads and no server is contacted; a call FILE lacks stops the command (exit 2), keeping what "
@@ -142,10 +146,8 @@ class TableRun:
     parallel: Optional[int] = run_option(shown="the config's, else 8; policy tables 32")
     judge: Annotated[Optional[str], typer.Option(
         "--judge", help="Policy tables: the judge model spec (default: the preset's).")] = None
-    judge_base_url: Annotated[Optional[str], typer.Option(
-        "--judge-base-url", help="Policy tables: the judge's OpenAI-compatible server URL.")] = None
-    judge_api_key_env: Annotated[Optional[str], typer.Option(
-        "--judge-api-key-env", help="Policy tables: the environment variable holding the judge's API key.")] = None
+    judge_base_url: JudgeUrlOption = None
+    judge_api_key_env: JudgeKeyOption = None
     bench_option: Annotated[Optional[list[str]], typer.Option(
         "--bench-option", metavar="BENCH.KEY=VALUE", help="A benchmark loader's option, e.g. "
         "writingbench.subset=length or arena_hard_v2.missing_baseline=skip (repeatable).")] = None
@@ -193,10 +195,8 @@ class PolicyEval:
     judge: Annotated[Optional[str], typer.Option(
         "--judge", help="Policy benchmarks: the judge's model spec (none for tasks checked without a model: "
         "math500, mmlu_pro, codescope).")] = None
-    judge_base_url: Annotated[Optional[str], typer.Option(
-        "--judge-base-url", help="The judge's OpenAI-compatible server URL.")] = None
-    judge_api_key_env: Annotated[Optional[str], typer.Option(
-        "--judge-api-key-env", help="The environment variable holding the judge's API key.")] = None
+    judge_base_url: JudgeUrlOption = None
+    judge_api_key_env: JudgeKeyOption = None
     max_tokens: Annotated[Optional[int], typer.Option(
         "--max-tokens", min=1, help="The policy's answer budget in tokens (default 4096).")] = None
     temperature: Annotated[Optional[float], typer.Option(
