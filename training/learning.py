@@ -47,6 +47,7 @@ of its own; launch the runs one at a time instead.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -136,8 +137,13 @@ def compare(kind: str, config: TrainConfig, *, seeds: int, control: str | None, 
         trained = next(r for r in runs if r.seed == seed and r.arm == "trained")
         for run in [r for r in runs if r.seed == seed]:
             where = Path(run.config.output_dir)
-            memory[where.name] = _measured(_train_one, kind, run.config, overwrite)
+            kept = not overwrite and _finished(where)
+            measured = _measured(_train_one, kind, run.config, overwrite)  # a kept run's settings are checked
             dirs[(run.arm, seed)] = where
+            if kept:  # its child only checked it: that process's memory is not the run's
+                say(f"{run.arm} seed {seed}: {where} finished before; kept")
+                continue
+            memory[where.name] = measured
             say(f"{run.arm} seed {seed}: {where} (peak RSS {memory[where.name]['child']:.0f} MiB)")
         steps = sorted({step for arm in ("trained", "shuffled") if (arm, seed) in dirs
                         for step in read_eval_scores(dirs[(arm, seed)] / SCORES)})
@@ -193,6 +199,16 @@ def _measured(target: Callable[..., None], *args: Any) -> dict[str, float]:
     memory while it waited (it allocates nothing then)."""
     parent = _rss_mib()
     return {"child": in_child(target, *args), "parent": parent}
+
+
+def _finished(out: Path) -> bool:
+    """Whether `out` holds a finished run (its manifest says so); a rerun keeps it."""
+    try:
+        from training.checkpoint import MANIFEST
+
+        return json.loads((out / MANIFEST).read_text(encoding="utf-8")).get("status") == "finished"
+    except (OSError, ValueError):
+        return False
 
 
 def _memory(measured: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:

@@ -463,6 +463,13 @@ def test_the_learning_command_trains_seeds_and_shuffled_controls_and_draws_the_c
     assert set(summary["length_corr"]) == {"trained", "shuffled"}
     assert (out / "learning.png").read_bytes()[:4] == b"\x89PNG"
     assert "peak RSS" in done.stdout and "verdict:" in done.stdout
+    # The same command again keeps every finished run, and reports no memory for runs it did not train.
+    again = subprocess.run(done.args, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert again.stdout.count("finished before; kept") == 4 and again.stdout.count("evaluation; kept") == 2
+    rerun = json.loads((out / "learning.json").read_text())
+    assert rerun["peak_rss_mib"]["runs"] == {} and "peak RSS" not in again.stdout
+    assert rerun["paired"] == summary["paired"]
 
 
 @pytest.mark.slow
