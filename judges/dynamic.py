@@ -12,10 +12,11 @@ Settings (`dynamic-rubric:generator=SPEC,...`): `generator` (model spec, require
 generator), `mode` (`per_item` | `batched` | `logprob`, default `per_item`, the paper's scheme), `gen_temperature`
 (0.7: AVG@5 needs a different rubric sample per seed), `gen_max_tokens` (1024), `verify_max_tokens` (16 per verdict;
 an answer sheet gets 16 x M; `logprob` generates nothing), `structured` (true: the generator decodes under the rubric's
-JSON schema, `judges.rubric.rubric_schema`, after an optional `<think>` block, and the verifier under its answer's
-shape (`judges.verify`), where the backend supports structured output; false: free text, read by the parsers alone).
-The schema's bounds follow `gen_max_tokens` (`rubric_constraint`: up to gen_max_tokens // 48 items, 1..20, criteria of
-at most 160 characters), so a constrained rubric fits its budget instead of being cut off mid-item.
+grammar, `rubric_constraint`, and the verifier under its answer's shape (`judges.verify`), where the backend supports
+structured output; false: free text, read by the parsers alone). The grammar's bounds follow `gen_max_tokens`: up to
+gen_max_tokens // 64 items (1..20), each criterion bounded in tokens, so that on `hf` and `vllm` a constrained rubric
+always closes within its budget (remote servers get the JSON schema, `judges.rubric.rubric_schema`, of the same item
+count); a budget below 43 tokens is refused when the evaluator is built.
 
 Deviations from the paper: the prompts are ours (the paper's are not reproduced); `batched`/`logprob` verification
 and the single re-ask on unparsable output are additions; the static baseline uses our static prompt with whatever
@@ -37,6 +38,8 @@ from harness.seeds import derive_seed
 from judges.base import SetScores, StageFailure, Trace, format_evaluator_spec, resolve_settings
 from judges.rubric import (
     MAX_ITEMS,
+    MAX_WEIGHT,
+    MIN_WEIGHT,
     Rubric,
     aggregate,
     item_pass_rates,
@@ -60,18 +63,65 @@ __all__ = [
     "static_generator_prompt",
 ]
 
-TOKENS_PER_ITEM = 48
-"""Budget of one constrained rubric item: a criterion of up to `CRITERION_CHARS` characters (~40 tokens of English)
-and the item's JSON around it."""
+TOKENS_PER_ITEM = 64
+"""Budget of one constrained rubric item: its JSON around the criterion (`ITEM_JSON_TOKENS`) and a criterion of up
+to about 30 tokens (a sentence of English)."""
+ITEM_JSON_TOKENS = 33
+"""An upper bound, for every tokenizer, of an item's tokens outside its criterion: the 32 bytes of
+`{"criterion": "`, `", "weight": `, the digit, `}` and `, ` (no token is shorter than a byte), and one token that may
+straddle the criterion's end."""
+MIN_CRITERION_TOKENS = 8
+MAX_CRITERION_TOKENS = 64
 CRITERION_CHARS = 160
+"""The criterion's length in the JSON schema that remote servers get (local backends bound it in tokens)."""
+# A JSON string's characters without escapes, the first neither whitespace nor end punctuation (so a criterion is
+# never empty once normalised), at most judges.rubric.MAX_CRITERION_CHARS in all.
+_CRITERION = r'/[^"\\\x00-\x1f\s.,;:!?][^"\\\x00-\x1f]{0,399}/'
+
+
+def rubric_budget(max_tokens: int) -> tuple[int, int]:
+    """(items, criterion tokens) of the rubric grammar for a budget of `max_tokens`: max_tokens // TOKENS_PER_ITEM
+    items (1..20), each criterion the tokens the budget leaves it, so that `2 + items x (ITEM_JSON_TOKENS +
+    criterion tokens) <= max_tokens`.
+
+    Raises:
+        ConfigError: a budget below `2 + ITEM_JSON_TOKENS + MIN_CRITERION_TOKENS` (43), too small for one item.
+    """
+    smallest = 2 + ITEM_JSON_TOKENS + MIN_CRITERION_TOKENS
+    if max_tokens < smallest:
+        raise ConfigError(
+            f"a constrained rubric needs a budget of at least {smallest} tokens (one item: {ITEM_JSON_TOKENS} for "
+            f"its JSON, {MIN_CRITERION_TOKENS} for a criterion, 2 for the brackets), got max_tokens={max_tokens}; "
+            "raise gen_max_tokens (or max_completion_length), or set structured=false"
+        )
+    items = max(1, min(MAX_ITEMS, max_tokens // TOKENS_PER_ITEM))
+    criterion = min(MAX_CRITERION_TOKENS, (max_tokens - 2) // items - ITEM_JSON_TOKENS)
+    return items, criterion
 
 
 def rubric_constraint(max_tokens: int) -> Constraint:
-    """The generator's structured output (`structured=true`): after any reasoning block, a rubric list that fits
-    in `max_tokens` (at most max_tokens // TOKENS_PER_ITEM items, 1..20, criteria of at most CRITERION_CHARS
-    characters), so a constrained rubric is not cut off by its own budget."""
-    items = max(1, min(MAX_ITEMS, max_tokens // TOKENS_PER_ITEM))
-    return Constraint.json_schema(rubric_schema(max_items=items, max_chars=CRITERION_CHARS), name="rubric", think=True)
+    """The generator's structured output (`structured=true`): a rubric list that always closes within
+    `max_tokens` (`rubric_budget`).
+
+    Local backends decode under a Lark grammar whose criterion is a lexeme of at most `criterion` tokens
+    (llguidance's `max_tokens`), in at most `items` items; its fixed parts then force the list closed, so the
+    output parses at every budget the grammar accepts. It starts with the rubric: no reasoning block, which no
+    budget could bound. Remote servers get the JSON schema of the same bounds (criteria of at most
+    CRITERION_CHARS characters).
+
+    Raises:
+        ConfigError: a budget too small for one item.
+    """
+    items, criterion = rubric_budget(max_tokens)
+    more = f' (", " item){{0,{items - 1}}}' if items > 1 else ""
+    lark = (
+        f'body: "[" item{more} "]"\n'
+        'item: "{\\"criterion\\": \\"" criterion "\\", \\"weight\\": " WEIGHT "}"\n'
+        f"criterion[max_tokens={criterion}]: {_CRITERION}\n"
+        f"WEIGHT: /[{MIN_WEIGHT}-{MAX_WEIGHT}]/\n"
+    )
+    schema = rubric_schema(max_items=items, max_chars=CRITERION_CHARS)
+    return Constraint.json_schema(schema, name="rubric", lark=lark)
 
 SUBJECT = "generator"
 """The setting under test when two runs of a row are compared (`judges.held_fixed`)."""
@@ -243,6 +293,11 @@ def _build(kind: str, settings: dict[str, str], pool: BackendPool, *, dynamic: b
     for key in ("gen_max_tokens", "verify_max_tokens"):
         if resolved[key] < 1:
             raise ConfigError(f"evaluator {kind!r}: {key} must be >= 1, got {resolved[key]}")
+    if resolved["structured"]:
+        try:
+            rubric_budget(resolved["gen_max_tokens"])
+        except ConfigError as exc:
+            raise ConfigError(f"evaluator {kind!r}: {exc}") from None
     return RubricEvaluator(
         format_evaluator_spec(kind, resolved, defaults={**_DEFAULTS, "verifier": resolved["generator"]}),
         generator=pool.get(resolved["generator"]),

@@ -3,13 +3,13 @@
 A rollout is a rubric the model being trained writes; unconstrained, a small model rarely closes the JSON within
 its budget (SmolLM2-135M: none of its rubrics parsed within 96 tokens), every group is unscored and every
 advantage 0. The grammar is the one the `dynamic-rubric` evaluator decodes under (`judges.dynamic.
-rubric_constraint`: a JSON list of `{criterion, weight}` items after an optional `<think>` block, its bounds
-following the completion budget so that a rubric fits it), compiled by `harness.backends.grammar.lark_grammar`:
+rubric_constraint`: a JSON list of `{criterion, weight}` items whose count and criteria are bounded in tokens by
+the completion budget, so that a rubric always closes within it), compiled by `harness.backends.grammar.lark_grammar`:
 
 - **transformers** (`use_vllm: false`): TRL 1.16 builds a `GenerationConfig` from its generation kwargs and passes
   no logits processor. `training.trainer.DRGRPOTrainer` overrides TRL's one generation step
   (`_generate_single_turn`) for this path only and runs TRL's own `model.generate` call with our llguidance mask
-  (`harness.backends.hf_rows.RowConstraint`, the `hf` backend's) as its logits processor: it runs before the
+  (`harness.backends.hf_rows.RowConstraint`, over the `hf` backend's batched masks) as its logits processor: it runs before the
   temperature and top-p warpers, so sampling draws from the tokens the grammar allows next, and once the rubric is
   complete only end-of-sequence. (TRL's other seam, the experimental `rollout_func`, would move prompt rendering
   and every rollout concern out of TRL; the override keeps TRL's tokenisation, batching and EOS handling.)

@@ -53,14 +53,20 @@ class Constraint:
     think first (Qwen3); the constraint applies after it."""
     name: str = "output"
     """A name for the schema (OpenAI's `response_format.json_schema.name`)."""
+    lark: str = ""
+    """`json_schema` only, optional: an llguidance Lark grammar defining `body`, a subset of the schema's language
+    that local backends (`hf`, `vllm`) decode under instead of the schema, for what a schema cannot say (a token
+    budget: `judges.dynamic.rubric_constraint`). Remote servers get the schema."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("json_schema", "regex", "choice"):
             raise ValueError(f"unknown constraint kind {self.kind!r}; valid: json_schema, regex, choice")
 
     @classmethod
-    def json_schema(cls, schema: Mapping[str, Any], *, name: str = "output", think: bool = False) -> Constraint:
-        return cls("json_schema", json.dumps(_canonical_schema(schema), separators=(",", ":")), think, name)
+    def json_schema(
+        cls, schema: Mapping[str, Any], *, name: str = "output", think: bool = False, lark: str = ""
+    ) -> Constraint:
+        return cls("json_schema", json.dumps(_canonical_schema(schema), separators=(",", ":")), think, name, lark)
 
     @classmethod
     def regex(cls, pattern: str, *, think: bool = False) -> Constraint:
@@ -83,7 +89,10 @@ class Constraint:
         return json.loads(self.spec)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "spec": self.spec, "think": self.think}
+        out = {"kind": self.kind, "spec": self.spec, "think": self.think}
+        if self.lark:  # only where set: other constraints keep their cache keys
+            out["lark"] = self.lark
+        return out
 
     def after_prefix(self, prefix: str) -> Constraint | None:
         """The constraint on a whole assistant turn that must start with `prefix` and continue under this
@@ -516,6 +525,9 @@ class BackendOptions:
         "are visible; cuda:N pins one.")
     batch_size: int = _setting(8, "Sequences per forward pass for hf (generation, logprobs, reward scores).",
                                minimum=1)
+    jump_forward: bool = _setting(
+        True, "hf: tokens a grammar forces (a rubric's JSON keys and punctuation) go into the KV cache in one forward "
+        "pass with the sampled token before them, instead of one pass each; outputs are the same.")
     tensor_parallel_size: int | None = _setting(
         None, "vLLM tensor parallelism: the devices one engine spans (default: every device of the run's devices, "
         "as the plan sets it, or 1).", flag="--tensor-parallel", minimum=1)

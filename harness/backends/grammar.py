@@ -6,8 +6,8 @@ servers, `gbnf_grammar`).
 
 The grammar is `start: [think] ws body`: an optional reasoning block `<think>...</think>` when the constraint
 allows one (`Constraint.think`: thinking models keep their reasoning and the constraint applies after it), then
-optional whitespace, then the body: the JSON schema inlined with `%json` (compact: `, ` and `: ` separators and no
-other whitespace between tokens), the regex as one lexeme, or the choices as alternatives. llguidance is imported inside functions: importing this module stays cheap.
+optional whitespace, then the body: the constraint's own Lark grammar where it has one (`Constraint.lark`), else
+the JSON schema inlined with `%json` (compact: `, ` and `: ` separators and no other whitespace between tokens), the regex as one lexeme, or the choices as alternatives. llguidance is imported inside functions: importing this module stays cheap.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ THINK_RULES = 'think: "<think>" thought\nthought[suffix="</think>"]: /(.|\\n)*/\
 
 def lark_grammar(constraint: Constraint) -> str:
     """The constraint as an llguidance Lark grammar (see the module docstring)."""
-    if constraint.kind == "json_schema":
+    if constraint.lark:
+        body = constraint.lark.rstrip("\n")
+    elif constraint.kind == "json_schema":
         # Compact JSON (no free whitespace between tokens): a model cannot spend its budget on blank lines.
         schema = {**constraint.schema, "x-guidance": {"whitespace_flexible": False, "key_separator": ": ",
                                                       "item_separator": ", "}}
@@ -181,6 +183,7 @@ class TokenMask:
         self._llg = llg
         self.tokenizer = llg.hf.from_tokenizer(tokenizer)
         self.vocab_size: int = self.tokenizer.vocab_size
+        self._executor: Any = None
         self._grammars: dict[Constraint, str] = {}
 
     def matcher(self, constraint: Constraint) -> Any:
@@ -206,3 +209,12 @@ class TokenMask:
         """Write the tokens the matcher allows next into `row`, a contiguous int32 CPU tensor of `words` words
         (bit b of word w: token 32 w + b)."""
         matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
+
+    def fill_rows(self, matchers: list[tuple[Any, int]], bitmask: Any) -> None:
+        """Write the masks of several matchers at once: each (matcher, row) into that row of `bitmask` (a contiguous
+        int32 CPU tensor of rows x `words`), in llguidance's thread pool, without the GIL."""
+        import llguidance.torch
+
+        if self._executor is None:
+            self._executor = self._llg.LLExecutor()
+        llguidance.torch.fill_next_token_bitmask_par(self._executor, matchers, bitmask)

@@ -26,16 +26,19 @@ How generation behaves, and where it deviates from a plain `model.generate` call
   invisible.)
 - `assistant_prefix` (a prefill) is appended to the rendered prompt; the text returned is what follows it.
   `min_tokens` bans the end-of-sequence ids of a row until it has that many new tokens.
-- `params.constraint` (structured output) masks a row's logits at every step with an llguidance matcher built
-  from the tokenizer (`harness.backends.grammar`): only tokens the grammar allows next stay finite, and once it
-  is complete only end-of-sequence. The mask applies before sampling and after the raw logits are kept, so token
-  logprobs stay the model's own.
+- Generation is our own decode loop over the model's KV cache (`harness.backends.hf_decode`), not
+  `model.generate`: `params.constraint` (structured output) masks a row's logits at every step with an llguidance
+  matcher built from the tokenizer (`harness.backends.grammar`): only tokens the grammar allows next stay finite,
+  and once it is complete only end-of-sequence. The mask applies before sampling and after the raw logits are kept,
+  so token logprobs stay the model's own. The next step's masks are computed, for all rows at once, while the
+  forward pass runs; a row the grammar allows every token is not masked. Tokens the grammar forces go into the
+  cache in one forward pass (`jump_forward`, on by default; the same outputs, fewer passes).
 - Stop strings end a row early (checked on its recent tokens at every step); the text is cut before the first
   one. `max_tokens` is clamped to the model's context; a prompt that alone fills the context fails that
   request.
 - `Usage.completion_tokens` counts the tokens generated for every returned sample, including an
   end-of-sequence token and any tokens past a stop string that were generated before the stop was seen.
-- Token logprobs (`params.logprobs > 0`) are the log-softmax of the model's raw logits (`output_logits=True`):
+- Token logprobs (`params.logprobs > 0`) are the log-softmax of the model's raw logits:
   the model's own distribution, not the temperature/top-p-warped one a sampled token was drawn from (vLLM's
   default, too). `token` is the text the token adds to the answer (decoded incrementally, so the pieces
   concatenate to the text; a token ending inside a multi-byte character adds "" and the next one carries the
@@ -45,8 +48,8 @@ How generation behaves, and where it deviates from a plain `model.generate` call
   wholly outside the text are dropped. A batch with such rows keeps every step's logits (steps x rows x
   vocabulary floats) until it finishes, so rows asking for logprobs are batched together.
 - Work nobody waits for stops (`harness.backends.local.InFlight`): when every call waiting on the model is
-  cancelled (Ctrl-C), or the backend is cancelled or closed, `model.generate` returns after its current decode
-  step (`StopOnEvent`, a stopping criterion), and any forward pass (a long prompt's prefill, a logprob batch)
+  cancelled (Ctrl-C), or the backend is cancelled or closed, the decode loop stops before its next step, and any
+  forward pass (a long prompt's prefill, a logprob batch)
   stops before its next decoder layer (a forward pre-hook on each, `decoder_layers`); the call then raises
   `Cancelled` instead of returning the truncated text, so nothing of it is cached or recorded.
 """
@@ -80,7 +83,7 @@ from harness.backends.base import (
     Usage,
     sample_seed,
 )
-from harness.backends.hf_rows import Output, Row, RowConstraint, RowMinTokens, RowSampler, RowStopper
+from harness.backends.hf_rows import Output, Row
 from harness.backends.local import (
     PLAIN_STOPS,
     Cancelled,
@@ -153,6 +156,9 @@ class HFBackend(LocalBackend):
         self._tok: Any = None
         self._classifier = False
         self._mask: Any = None
+        self._masks_pool: Any = None  # one thread computing the next masks beside a forward pass
+        self.decode_counts = {"forward_passes": 0, "tokens": 0, "forced_tokens": 0}
+        """Generation's forward passes and tokens so far, and the tokens a grammar forced (`bench structured`)."""
         self._stop: threading.Event | None = None
         """The stop of the work holding the model (`_locked`), checked before every decoder layer."""
         self._lacks: dict[str, str] = {}
@@ -294,6 +300,9 @@ class HFBackend(LocalBackend):
         """Drop the weights (and empty the CUDA cache)."""
         with self._lock:
             self._closed = self._closed or closing
+            if closing and self._masks_pool is not None:
+                self._masks_pool.shutdown(wait=False)
+                self._masks_pool = None
             if self._lm is None:
                 return
             self._lm = None
@@ -497,67 +506,52 @@ class HFBackend(LocalBackend):
         return completions
 
     def _generate_batch(self, batch: list[Row], stop: threading.Event) -> list[Output]:
-        from transformers import LogitsProcessorList, StoppingCriteriaList
+        from harness.backends.hf_decode import decode
 
         torch = self._torch
         ids, mask = self._pad([r.ids for r in batch])
-        width = ids.shape[1]
-        stopper = RowStopper(width, batch, self._tok)
-        processors = LogitsProcessorList()
-        if any(r.min_new for r in batch) and self._eos_ids:
-            processors.append(RowMinTokens(width, batch, self._eos_ids))
-        if any(r.constraint is not None for r in batch):
-            processors.append(RowConstraint(width, batch, self._token_mask(), self._eos_ids))
-        if any(r.temperature > 0 for r in batch):
-            processors.append(RowSampler(batch))
-        # The raw logits (before any processor), not the processed scores: logprobs of the model itself.
         want_logits = any(r.logprobs for r in batch)
-        extra = {"output_logits": True, "return_dict_in_generate": True} if want_logits else {}
-        max_new = max(r.max_new for r in batch)
-        stopping = StopOnEvent(stop)
-        log.debug("hf model %s: generating %d rows of up to %d new tokens", self.model, len(batch), max_new)
-        try:
-            with torch.inference_mode():
-                out = self._lm.generate(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    max_new_tokens=max_new,
-                    do_sample=False,  # greedy argmax; sampled rows are sampled by RowSampler
-                    logits_processor=processors,
-                    stopping_criteria=StoppingCriteriaList([stopper, stopping]),
-                    **extra,
-                )
-            # Rows cut short by the stop are not answers: the call raises instead of returning them.
-            check_stop(stop, f"generation on hf model {self.model!r}")
-        except Cancelled:
-            log.debug("hf model %s: generation stopped after %d of up to %d new tokens", self.model,
-                      stopping.steps, max_new)
-            raise
-        sequences = out.sequences if extra else out
+        constrained = any(r.constraint is not None for r in batch)
+        if constrained and self._masks_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._masks_pool = ThreadPoolExecutor(1, thread_name_prefix="hf-masks")
+        log.debug("hf model %s: generating %d rows of up to %d new tokens", self.model, len(batch),
+                  max(r.max_new for r in batch))
+        with torch.inference_mode():
+            done = decode(
+                self._lm, torch, batch, ids, mask, eos_ids=self._eos_ids, pad_id=self._pad_id,
+                decode_tail=lambda tail: self._tok.decode(tail, skip_special_tokens=True),
+                token_mask=self._token_mask() if constrained else None, jump_forward=self.options.jump_forward,
+                keep_logits=want_logits, masks_pool=self._masks_pool,
+                # Rows cut short by the stop are not answers: the call raises instead of returning them.
+                check=lambda: check_stop(stop, f"generation on hf model {self.model!r}"),
+            )
+        self.decode_counts["forward_passes"] += done.forward_passes
+        self.decode_counts["forced_tokens"] += done.forced_tokens
+        self.decode_counts["tokens"] += sum(len(t) for t in done.tokens)
         eos = set(self._eos_ids)
         results = []
         for j, r in enumerate(batch):
-            gen = sequences[j, width:].tolist()
-            stopped = stopper.stopped_at[j]
-            gen = gen[: min(r.max_new, stopped if stopped is not None else len(gen))]
-            gen, n_tokens, text, start = answer_span(self._tok, gen, eos, r.stops, plain=not self.chat_template)
+            gen, n_tokens, text, start = answer_span(self._tok, done.tokens[j], eos, r.stops,
+                                                     plain=not self.chat_template)
             logprobs = None
             if r.logprobs:
-                logprobs = self._token_logprobs(out.logits, j, gen, r.logprobs, start, start + len(text))
+                logprobs = self._token_logprobs(done.logits[j], gen, r.logprobs, start, start + len(text))
             results.append(Output(text, n_tokens, logprobs))
         return results
 
     def _token_logprobs(
-        self, logits: Sequence[Any], row: int, gen: list[int], k: int, start: int, end: int
+        self, logits: Sequence[Any], gen: list[int], k: int, start: int, end: int
     ) -> tuple[TokenLogprob, ...]:
-        """TokenLogprobs of the generated tokens `gen` of batch row `row` that overlap the answer's
-        `[start, end)` characters, from the per-step raw `logits` of `generate`."""
+        """TokenLogprobs of the generated tokens `gen` of a row that overlap the answer's `[start, end)`
+        characters, from the raw `logits` of each (`harness.backends.hf_decode`)."""
         torch = self._torch
         pieces = token_pieces(self._tok, gen)
         keep = tokens_within(pieces, end, start)
         if not keep:
             return ()
-        steps = torch.stack([logits[t][row] for t in keep]).float()
+        steps = torch.stack([logits[t] for t in keep]).float()
         logprobs = torch.log_softmax(steps, dim=-1)
         chosen = logprobs.gather(1, torch.tensor([gen[t] for t in keep], device=steps.device)[:, None])
         values, ids = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1)
@@ -728,21 +722,6 @@ class HFBackend(LocalBackend):
                 last = logits[torch.arange(n), torch.tensor([len(t) - 1 for t in tails])]
                 rows += list(torch.log_softmax(last.float(), dim=-1).cpu())
         return rows, shared + sum(len(s) - shared for s in seqs)
-
-
-class StopOnEvent:
-    """A stopping criterion (`transformers.StoppingCriteria`): every row is done once `event` is set, so
-    `generate` returns after the decode step it is in. `steps` counts the steps it has seen."""
-
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
-        self.steps = 0
-
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
-
-        self.steps += 1
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 def decoder_layers(model: Any) -> list[Any]:

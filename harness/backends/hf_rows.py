@@ -37,96 +37,66 @@ class Output:
     logprobs: tuple[TokenLogprob, ...] | None
 
 
-class RowStopper:
-    """Per-row stopping: each row's own `max_new` and stop strings (a `transformers.StoppingCriteria`)."""
+class RowMasks:
+    """The structured-output state of a batch's rows: one llguidance matcher per constrained row
+    (`harness.backends.grammar.TokenMask`) and the rows' next-token masks, written together into one int32 bitmask
+    by llguidance's thread pool (`fill_next_token_bitmask_par`, which releases the GIL, so a caller can compute the
+    masks while a forward pass runs) and expanded for all masked rows at once (no per-token Python).
 
-    def __init__(self, width: int, rows: Sequence[Row], tokenizer: Any) -> None:
-        self.width = width
-        self.max_new = [r.max_new for r in rows]
-        self.stops = [tuple(s for s in r.stops if s) for r in rows]
-        # Enough recent tokens to contain any stop string that ends at the newest token.
-        self.window = [max((len(s) for s in stops), default=0) + 8 for stops in self.stops]
-        self.stopped_at: list[int | None] = [None] * len(rows)
-        self.tokenizer = tokenizer
-
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
-
-        n = input_ids.shape[1] - self.width
-        done = []
-        for j in range(input_ids.shape[0]):
-            hit = self.stopped_at[j] is not None or n >= self.max_new[j]
-            if not hit and self.stops[j]:
-                tail = input_ids[j, self.width + max(0, n - self.window[j]) :].tolist()
-                text = self.tokenizer.decode(tail, skip_special_tokens=True)
-                hit = any(s in text for s in self.stops[j])
-            if hit and self.stopped_at[j] is None:
-                self.stopped_at[j] = n
-            done.append(hit)
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
-
-
-class RowMinTokens:
-    """Per-row `min_tokens`: end-of-sequence ids are banned until a row has that many new tokens."""
-
-    def __init__(self, width: int, rows: Sequence[Row], eos_ids: Sequence[int]) -> None:
-        self.width = width
-        self.min_new = [r.min_new for r in rows]
-        self.eos_ids = list(eos_ids)
-
-    def __call__(self, input_ids, scores):
-        n = input_ids.shape[1] - self.width
-        rows = [j for j, m in enumerate(self.min_new) if n < m]
-        if rows:
-            scores = scores.clone()  # generate keeps the tensor it passed in as the step's raw logits
-            for j in rows:
-                scores[j, self.eos_ids] = float("-inf")
-        return scores
-
-
-class RowConstraint:
-    """Per-row structured output (a `transformers.LogitsProcessor`): each constrained row has its own llguidance
-    matcher (`harness.backends.grammar.TokenMask`); at every step it takes the row's last token, and only the
-    tokens the grammar allows next stay finite. Once the grammar is complete only end-of-sequence is allowed.
-    Unconstrained rows pass through. Runs before `RowSampler`, so sampled rows sample from the allowed tokens.
-
-    The matchers write their masks into one int32 bitmask, expanded for all rows at once (no per-token Python).
+    A row ends its grammar when it emits an end-of-sequence id or (defensively) a token the matcher refuses; the
+    parser then judges its text. A row whose grammar is complete may only end (end-of-sequence). A row the grammar
+    allows every token is not masked.
     """
 
-    def __init__(self, width: int, rows: Sequence[Row], mask: Any, eos_ids: Sequence[int]) -> None:
+    def __init__(self, rows: Sequence[Row], mask: Any, eos_ids: Sequence[int]) -> None:
         import torch
 
-        self.width = width
         self.mask = mask
         self.matchers = [mask.matcher(r.constraint) if r.constraint is not None else None for r in rows]
         self.eos_ids = list(eos_ids)
         self.done = [m is None for m in self.matchers]
-        self.bitmask = torch.zeros((len(rows), mask.words), dtype=torch.int32)
+        self.bitmask = torch.full((len(rows), mask.words), -1, dtype=torch.int32)
         self.shifts = torch.arange(32, dtype=torch.int32)
+        self._masked: list[int] = []
+        self._ended: list[int] = []
 
-    def __call__(self, input_ids, scores):
-        import torch
+    def consume(self, j: int, tokens: Sequence[int]) -> None:
+        """Advance row `j`'s matcher over the tokens it emitted."""
+        matcher = self.matchers[j]
+        for token in tokens:
+            if self.done[j]:
+                return
+            if token in self.eos_ids or not matcher.consume_token(token):
+                self.done[j] = True
 
-        n = input_ids.shape[1] - self.width
-        if all(self.done):
-            return scores
-        masked, ended = [], []
-        for j, matcher in enumerate(self.matchers):
+    def forced(self, j: int) -> list[int]:
+        """The tokens row `j`'s grammar forces next (llguidance's fast-forward tokens: each the only token the
+        mask would allow at its step), not yet consumed; [] for a row without a grammar."""
+        if self.done[j] or self.matchers[j].is_stopped():
+            return []
+        return list(self.matchers[j].compute_ff_tokens())
+
+    def compute(self, rows: Sequence[int] | None = None) -> None:
+        """Compute the masks of `rows` (default: all) for their next token, as their matchers stand."""
+        self._masked, self._ended = [], []
+        wanted = range(len(self.matchers)) if rows is None else rows
+        for j in wanted:
             if self.done[j]:
                 continue
-            if n > 0:
-                last = int(input_ids[j, -1])
-                if last in self.eos_ids or not matcher.consume_token(last):
-                    self.done[j] = True  # ended (or, defensively, left the grammar): the parser judges the text
-                    continue
-            if matcher.is_stopped():
-                ended.append(j)
-            else:
-                self.mask.fill(matcher, self.bitmask[j])
-                masked.append(j)
+            (self._ended if self.matchers[j].is_stopped() else self._masked).append(j)
+        if self._masked:
+            self.mask.fill_rows([(self.matchers[j], j) for j in self._masked], self.bitmask)
+            full = (self.bitmask[self._masked] == -1).all(dim=1).tolist()
+            self._masked = [j for j, everything in zip(self._masked, full) if not everything]
+
+    def apply(self, scores: Any) -> Any:
+        """`scores` (rows x vocabulary) with the masks of the last `compute` applied (a copy when any applies)."""
+        import torch
+
+        masked, ended = self._masked, self._ended
         if not masked and not ended:
             return scores
-        scores = scores.clone()  # generate keeps the tensor it passed in as the step's raw logits
+        scores = scores.clone()
         vocab = scores.shape[1]
         if masked:
             rows = torch.tensor(masked)
@@ -137,52 +107,86 @@ class RowConstraint:
             stuck = ~allowed.any(dim=1)  # no way forward: end the row rather than emit an arbitrary token
             if bool(stuck.any()):
                 allowed[stuck.nonzero().flatten()[:, None], torch.tensor(self.eos_ids)] = True
-            sub = scores[rows.to(scores.device)].masked_fill(~allowed.to(scores.device), float("-inf"))
-            scores[rows.to(scores.device)] = sub
+            index = rows.to(scores.device)
+            scores[index] = scores[index].masked_fill(~allowed.to(scores.device), float("-inf"))
         for j in ended:
             keep = scores[j, self.eos_ids].clone()
             scores[j] = float("-inf")
             scores[j, self.eos_ids] = keep
-        for j in masked + ended:  # another control (min_tokens) banned all the grammar allows
-            if bool(torch.isinf(scores[j]).all()):
-                scores[j, self.eos_ids] = 0.0
+        return scores
+
+
+class RowConstraint:
+    """Per-row structured output as a `transformers.LogitsProcessor` (for `generate`, as TRL's rollouts call it):
+    at every step each constrained row's matcher takes the row's last token, and `RowMasks` masks the scores.
+    Unconstrained rows pass through."""
+
+    def __init__(self, width: int, rows: Sequence[Row], mask: Any, eos_ids: Sequence[int]) -> None:
+        self.width = width
+        self.rows = RowMasks(rows, mask, eos_ids)
+
+    def __call__(self, input_ids, scores):
+        n = input_ids.shape[1] - self.width
+        if all(self.rows.done):
+            return scores
+        if n > 0:
+            last = input_ids[:, -1].tolist()
+            for j, token in enumerate(last):
+                self.rows.consume(j, [token])
+        self.rows.compute()
+        scores = self.rows.apply(scores)
+        for j in range(scores.shape[0]):  # another control banned all the grammar allows
+            if not self.rows.done[j] and bool(scores[j].isinf().all()):
+                scores = scores.clone()
+                scores[j, self.rows.eos_ids] = 0.0
         return scores
 
 
 class RowSampler:
-    """Per-row temperature / top-p sampling with per-row generators (a `transformers.LogitsProcessor`).
-
-    Runs last, under greedy decoding: for each sampled row it draws a token from its own generator and leaves
-    only that token finite, so the argmax picks it. Greedy rows pass through untouched.
-    """
+    """Per-row temperature / top-p sampling, each sampled row from its own `torch.Generator` (seeded with the row's
+    seed, or a fresh random one). Greedy rows take the argmax."""
 
     def __init__(self, rows: Sequence[Row]) -> None:
         self.rows = list(rows)
         self.generators: list[Any] = []
 
-    def __call__(self, input_ids, scores):
+    def _generator(self, j: int, device: Any) -> Any:
         import torch
 
         if not self.generators:
             for r in self.rows:
-                gen = torch.Generator(device=scores.device)
+                gen = torch.Generator(device=device)
                 if r.seed is None:
                     gen.seed()
                 else:
                     gen.manual_seed(r.seed)
                 self.generators.append(gen)
-        scores = scores.clone()  # generate keeps the tensor it passed in as the step's raw logits
-        for j, r in enumerate(self.rows):
-            if r.temperature <= 0:
-                continue
-            probs = torch.softmax(scores[j].float() / r.temperature, dim=-1)
-            if r.top_p < 1.0:
-                sorted_probs, order = torch.sort(probs, descending=True)
-                # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
-                drop = (sorted_probs.cumsum(-1) - sorted_probs) >= r.top_p
-                sorted_probs[drop] = 0.0
-                probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
-            token = torch.multinomial(probs, 1, generator=self.generators[j])
-            scores[j] = float("-inf")
-            scores[j, token] = 0.0
-        return scores
+        return self.generators[j]
+
+    def pick(self, j: int, scores: Any) -> int:
+        """Row `j`'s next token from its processed `scores` (one row of the vocabulary)."""
+        import torch
+
+        r = self.rows[j]
+        if r.temperature <= 0:
+            return int(scores.argmax())
+        probs = torch.softmax(scores.float() / r.temperature, dim=-1)
+        if r.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
+            drop = (sorted_probs.cumsum(-1) - sorted_probs) >= r.top_p
+            sorted_probs[drop] = 0.0
+            probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+        return int(torch.multinomial(probs, 1, generator=self._generator(j, scores.device)))
+
+    def skip(self, j: int, tokens: int, vocab: int, device: Any) -> None:
+        """Advance a sampled row's generator past `tokens` forced tokens, as if each had been drawn (a draw from
+        one vocabulary-wide row takes `vocab` exponentials in torch's `multinomial`): its later samples are those
+        it would draw had every forced token been sampled."""
+        import torch
+
+        if self.rows[j].temperature <= 0 or not tokens:
+            return
+        gen = self._generator(j, device)
+        for _ in range(tokens):
+            torch.empty(vocab, dtype=torch.float32, device=device).exponential_(generator=gen)

@@ -123,18 +123,6 @@ def test_prefill_continues_the_assistant_turn(tiny) -> None:
     assert plain.usage.prompt_tokens < c.usage.prompt_tokens
 
 
-def test_min_tokens_bans_end_of_sequence_per_row() -> None:
-    from harness.backends.hf_rows import Row, RowMinTokens
-
-    rows = [Row(0, 0, [1], 8, 0.0, 1.0, None, (), 0, min_new) for min_new in (0, 3, 5)]
-    ban = RowMinTokens(width=4, rows=rows, eos_ids=[2, 7])
-    scores = torch.zeros((3, 10))
-    out = ban(torch.zeros((3, 4 + 3), dtype=torch.long), scores)  # three tokens generated so far
-    assert torch.isinf(out[2, [2, 7]]).all() and out[2].isfinite().sum() == 8  # 3 < 5: banned
-    assert out[:2].isfinite().all()  # 3 >= 0 and 3 >= 3: free to end
-    assert scores.isfinite().all()  # the raw logits generate keeps are not modified
-
-
 @pytest.mark.slow
 def test_smollm2_min_tokens_holds_back_the_end_of_turn() -> None:
     backend = load_backend("smollm2-135m")

@@ -274,8 +274,8 @@ def test_structured_requests_carry_the_shape_of_each_answer(mode):
     assert list(result.scores) == pytest.approx(list(aggregate([i["weight"] for i in RUBRIC], EXPECTED_VERDICTS)))
     generator, *verifier = judge.requests
     schema = generator.params.constraint.schema
-    assert generator.params.constraint == rubric_constraint(500) and generator.params.constraint.think
-    assert schema["maxItems"] == 500 // 48 and schema["items"]["properties"]["weight"] == {
+    assert generator.params.constraint == rubric_constraint(500) and not generator.params.constraint.think
+    assert schema["maxItems"] == 500 // 64 and schema["items"]["properties"]["weight"] == {
         "type": "integer", "minimum": 1, "maximum": 5}
     if mode == "per_item":
         assert {r.params.constraint for r in verifier} == {VERDICT_CHOICE}
@@ -300,10 +300,27 @@ def test_structured_false_sends_free_text_and_is_named_in_the_spec():
 
 
 def test_the_rubric_bounds_follow_the_generation_budget():
+    from judges.dynamic import ITEM_JSON_TOKENS, rubric_budget, rubric_constraint
+
+    assert [rubric_budget(t) for t in (43, 64, 96, 160, 1024, 4096)] == [
+        (1, 8), (1, 29), (1, 61), (2, 46), (16, 30), (20, 64)]
+    for t in range(43, 2000):  # the grammar's worst case fits the budget
+        items, criterion = rubric_budget(t)
+        assert 2 + items * (ITEM_JSON_TOKENS + criterion) <= t and criterion >= 8
+    constraint = rubric_constraint(160)
+    assert constraint.schema["maxItems"] == 2 and constraint.schema["items"]["properties"]["criterion"]["maxLength"] == 160
+    assert "criterion[max_tokens=46]" in constraint.lark and '(", " item){0,1}' in constraint.lark
+    assert '", " item' not in rubric_constraint(96).lark  # one item: no repetition (llguidance refuses {0,0})
+
+
+def test_a_budget_too_small_for_one_item_is_refused_before_any_call():
     from judges.dynamic import rubric_constraint
 
-    assert [rubric_constraint(t).schema["maxItems"] for t in (16, 160, 1024, 4096)] == [1, 3, 20, 20]
-    assert rubric_constraint(160).schema["items"]["properties"]["criterion"]["maxLength"] == 160
+    with pytest.raises(ConfigError, match="at least 43 tokens.*max_tokens=42"):
+        rubric_constraint(42)
+    with pytest.raises(ConfigError, match="'dynamic-rubric'.*at least 43 tokens.*structured=false"):
+        build("dynamic-rubric:generator=fake-judge:m,gen_max_tokens=42", FakeJudge())
+    assert build("dynamic-rubric:generator=fake-judge:m,gen_max_tokens=42,structured=false", FakeJudge())
 
 
 def test_a_rubric_with_repeated_criteria_is_scored_once_per_criterion_and_says_so():
