@@ -33,6 +33,7 @@ from harness.commands.options import (
     ReplayOption,
     Sampling,
     ScoreRun,
+    Supervision,
     TableRun,
     TrainRun,
     WaitOption,
@@ -790,36 +791,17 @@ def bench_structured(
 
 @bench_app.command("supervision")
 @takes_groups
-def bench_supervision(
-    preset: Annotated[str, typer.Option("--preset", help="cpu (smollm2-135m in every role, measured) | paper "
-                                        "(the paper's models: the plan's estimate unless --measure).")] = "cpu",
-    reward_model: Annotated[Optional[str], typer.Option("--reward-model", help="The scalar RM (default: the "
-                                                        "preset's).")] = None,
-    head: Annotated[Optional[str], typer.Option("--head", help="The RM's head: classifier | lm-token0.")] = None,
-    generator: Annotated[Optional[str], typer.Option("--generator", help="The rubric generator.")] = None,
-    verifier: Annotated[Optional[str], typer.Option("--verifier", help="The rubric verifier.")] = None,
-    gen_max_tokens: Annotated[Optional[int], typer.Option("--gen-max-tokens", min=16, help="The rubric's token "
-                                                          "budget.")] = None,
-    groups: Annotated[int, typer.Option("--groups", min=1, help="Prompts in the step (up to 2).")] = 2,
-    group_size: Annotated[int, typer.Option("--group-size", min=2, help="Completions per prompt (up to 4).")] = 4,
-    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Measure every method's step this many times "
-                                         "in turn; wall time is the median.")] = 1,
-    measure: Annotated[bool, typer.Option("--measure", help="Run the models (the default on cpu).")] = False,
-    estimate: Annotated[bool, typer.Option("--estimate", help="Print the plan's estimate, running no model (the "
-                                           "default on paper).")] = False,
-    *,
-    backend: Backend,
-) -> None:
-    """One GRPO step's reward under each supervision method (scalar RM, plain and w/ responses; static rubric;
-    DynamicRubric per_item, batched, logprob) on the same response sets: calls, prompt and completion tokens and
-    wall time, each as a ratio to the scalar RM measured in the same run (call cache off); at paper scale the
-    plan's estimate, marked as such."""
+def bench_supervision(*, run: Supervision, backend: Backend) -> None:
+    """One GRPO step's reward under each supervision method (scalar RM, plain and w/ responses; static rubric,
+    generated in the step and amortised; DynamicRubric per_item, batched, logprob) on the same response sets: calls,
+    prompt and completion tokens, compute (active parameters x tokens) and wall time, each as a ratio to the scalar
+    RM measured in the same run (call cache off); at paper scale the plan's estimate, marked as such."""
     from harness.commands.bench_supervision import bench_supervision as run_bench
     from harness.commands.setup import backend_options
 
-    typer.echo(run_bench(preset=preset, measure_it=measure, estimate_it=estimate, options=backend_options(backend),
-                         groups=groups, group_size=group_size, repeats=repeats, reward_model=reward_model,
-                         head=head, generator=generator, verifier=verifier, gen_max_tokens=gen_max_tokens))
+    typer.echo(run_bench(preset=run.preset, measure_it=run.measure, estimate_it=run.estimate,
+                         options=backend_options(backend), groups=run.groups, group_size=run.group_size,
+                         repeats=run.repeats, epochs=run.epochs, grpo_log=run.grpo_log, **run.models()))
 
 
 def main() -> None:

@@ -213,6 +213,42 @@ class PolicyEval:
                 if v is not None}
 
 
+@dataclass(frozen=True)
+class Supervision:
+    """`bench supervision`'s options: the models of each method, the step's size, and what to measure."""
+
+    preset: Annotated[str, typer.Option("--preset", help="cpu (smollm2-135m in every role, measured) | paper "
+                                        "(the paper's models: the plan's estimate unless --measure).")] = "cpu"
+    reward_model: Annotated[Optional[str], typer.Option(
+        "--reward-model", help="The scalar RM (default: the preset's).")] = None
+    head: Annotated[Optional[str], typer.Option("--head", help="The RM's head: classifier | lm-token0.")] = None
+    large_reward_model: Annotated[Optional[str], typer.Option(
+        "--large-reward-model", help="A second, larger scalar RM (lm-token0; paper: Nemotron-70B).")] = None
+    generator: Annotated[Optional[str], typer.Option("--generator", help="The DR-Generator.")] = None
+    static_generator: Annotated[Optional[str], typer.Option(
+        "--static-generator", help="The static (RaR) rubric's generator (paper: Qwen3-235B-A22B).")] = None
+    verifier: Annotated[Optional[str], typer.Option("--verifier", help="The rubric verifier.")] = None
+    gen_max_tokens: Annotated[Optional[int], typer.Option(
+        "--gen-max-tokens", min=43, help="The rubric's token budget.")] = None
+    groups: Annotated[int, typer.Option("--groups", min=1, help="Prompts in the step (up to 2).")] = 2
+    group_size: Annotated[int, typer.Option("--group-size", min=2, help="Completions per prompt (up to 4).")] = 4
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Measure every method's step this many times "
+                                         "in turn; wall time is the median.")] = 1
+    epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs the amortised static rubric is spread "
+                                        "over (made once per prompt before training).")] = 1
+    grpo_log: Annotated[Optional[Path], typer.Option(
+        "--grpo-log", help="A policy run's directory (harness train policy): the reward's share of its GRPO steps, "
+        "and each measured method's projected share.")] = None
+    measure: Annotated[bool, typer.Option("--measure", help="Run the models (the default on cpu).")] = False
+    estimate: Annotated[bool, typer.Option("--estimate", help="Print the plan's estimate, running no model (the "
+                                           "default on paper).")] = False
+
+    def models(self) -> dict[str, Any]:
+        """The models and budget given here (None: the preset's)."""
+        return {k: getattr(self, k) for k in ("reward_model", "head", "large_reward_model", "generator",
+                                              "static_generator", "verifier", "gen_max_tokens")}
+
+
 def _path(flag: str, help: str) -> Any:
     """An optional path option: `Optional[Path]` with its flag and help."""
     return Annotated[Optional[Path], typer.Option(flag, help=help)]
@@ -359,7 +395,8 @@ def _group_parameters(group: type) -> list[tuple[str, Any, Any]]:
     return found
 
 
-GROUPS = (Backend, Devices, Outputs, Sampling, TableRun, EvalRun, PolicyEval, Gate, ScoreRun, PromptSet, LmEvalRun, TrainRun)
+GROUPS = (Backend, Devices, Outputs, Sampling, TableRun, EvalRun, PolicyEval, Gate, ScoreRun, PromptSet, LmEvalRun, TrainRun,
+          Supervision)
 
 
 def takes_groups(verb: Callable) -> Callable:

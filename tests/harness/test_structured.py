@@ -260,19 +260,23 @@ def test_openai_falls_back_to_plain_requests_when_the_server_takes_no_form():
 
 
 def test_bench_structured_on_a_random_model(tmp_path: Path):
-    """Free, a random model writes nothing parsable; constrained, every rubric, verdict and sheet parses."""
+    """Free, a random model writes nothing parsable; constrained, every rubric (the grammar closes within its
+    budget, even spelled a byte per token), verdict and sheet parses; jump-forward gives the same answers."""
     from harness.commands.bench_structured import format_bench_structured, run_bench_structured
 
     model = build_tiny_lm(tmp_path / "long", byte_level=True, context=8192)
     results = asyncio.run(run_bench_structured(f"hf:{model}", rubrics=3, max_tokens=96, items=2, responses=2,
                                                options=BackendOptions(dtype="float32")))
     by = {(r.task, r.output): r for r in results}
-    assert [k for k in by] == [(t, o) for t in ("rubric", "per_item", "batched") for o in ("free", "constrained")]
-    assert all(by[(t, "constrained")].parse_failures == 0 for t in ("per_item", "batched"))
+    outputs = ("free", "constrained", "jump-forward")
+    assert [k for k in by] == [(t, o) for t in ("rubric", "per_item", "batched") for o in outputs]
+    assert all(by[(t, o)].parse_failures == 0 for t in ("rubric", "per_item", "batched") for o in outputs[1:])
     assert all(by[(t, "free")].parse_failures == by[(t, "free")].requests for t in ("rubric", "per_item", "batched"))
-    # A random model spells criteria a character per token, so some constrained rubrics run out of budget
-    # mid-string (the bounds assume ~4 characters per token); the mask still yields parsable ones.
-    assert by[("rubric", "constrained")].parse_failures < 3 and by[("per_item", "constrained")].requests == 4
+    tasks = ("rubric", "per_item", "batched")
+    assert all(by[(t, "jump-forward")].answers == by[(t, "constrained")].answers for t in tasks)
+    assert by[("rubric", "jump-forward")].forced_tokens > 0 and by[("rubric", "constrained")].forced_tokens == 0
+    assert by[("per_item", "constrained")].requests == 4
     text = format_bench_structured(results, spec="tiny")
-    assert "rubric: parse failures 3/3 free, " in text and "decode throughput constrained/free" in text
+    assert "rubric: parse failures 3/3 free, 0/3 constrained; " in text and "decode throughput constrained/free" in text
+    assert "x with jump-forward (" in text and "of its tokens forced" in text
     assert "per_item: parse failures" in text and "verdicts agree with free" in text
