@@ -65,13 +65,15 @@ __all__ = [
 
 TOKENS_PER_ITEM = 64
 """Budget of one constrained rubric item: its JSON around the criterion (`ITEM_JSON_TOKENS`) and a criterion of up
-to about 30 tokens (a sentence of English)."""
+to about 30 tokens."""
 ITEM_JSON_TOKENS = 33
 """An upper bound, for every tokenizer, of an item's tokens outside its criterion: the 32 bytes of
 `{"criterion": "`, `", "weight": `, the digit, `}` and `, ` (no token is shorter than a byte), and one token that may
 straddle the criterion's end."""
 MIN_CRITERION_TOKENS = 8
-MAX_CRITERION_TOKENS = 64
+MAX_CRITERION_TOKENS = 36
+"""A criterion's cap in tokens where the budget leaves more: about the 160 characters a criterion had when it was
+bounded in characters (a sentence of English)."""
 CRITERION_CHARS = 160
 """The criterion's length in the JSON schema that remote servers get (local backends bound it in tokens)."""
 # A JSON string's characters without escapes, the first neither whitespace nor end punctuation (so a criterion is

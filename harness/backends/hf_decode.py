@@ -83,12 +83,18 @@ def decode(
     pending = start_masks([j for j in range(n) if active[j]])
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     step_ids, step_len = ids, [ids.shape[1]] * n
+    cache_arg, per_row = _forward_style(lm)
     prefill = True
     while True:
         check()
+        if prefill:
+            keep: Any = 1
+        elif keep_logits or not per_row:
+            keep = step_ids.shape[1]
+        else:  # only each row's last real position goes through the (vocabulary-wide) head
+            keep = torch.tensor([[k - 1] for k in step_len], device=device)
         result = lm(input_ids=step_ids.to(device), attention_mask=attention.to(device),
-                    position_ids=positions.to(device), cache=cache, use_cache=True,
-                    logits_to_keep=1 if prefill else step_ids.shape[1])
+                    position_ids=positions.to(device), use_cache=True, logits_to_keep=keep, **{cache_arg: cache})
         out.forward_passes += 1
         logits = result.logits
         if pending is not None:
@@ -100,7 +106,7 @@ def decode(
                     out.logits[j].append(logits[j, i])  # type: ignore[index]
         if not any(active):  # the last pass only read the forced tokens' logits
             return out
-        if prefill:
+        if prefill or not isinstance(keep, int):
             nxt = logits[:, -1, :]
         else:
             nxt = logits[torch.arange(n, device=logits.device), torch.tensor(step_len, device=logits.device) - 1]
@@ -152,6 +158,17 @@ def decode(
         step_len = [max(1, k) for k in step_len]
         attention = torch.cat([attention, step_mask], dim=1)
         pending = start_masks([j for j in range(n) if active[j]])
+
+
+def _forward_style(lm: Any) -> tuple[str, bool]:
+    """How this transformers takes the KV cache (`cache`, from 5.x; `past_key_values` before) and whether its
+    `logits_to_keep` takes per-row positions (a 2-D tensor: `transformers.modeling_utils.slice_logits_to_keep`)."""
+    import inspect
+
+    import transformers.modeling_utils as utils
+
+    parameters = inspect.signature(lm.forward).parameters
+    return ("cache" if "cache" in parameters else "past_key_values"), hasattr(utils, "slice_logits_to_keep")
 
 
 def _add(out: Decoded, j: int, tokens: list[int], row: Row, eos: set[int], window: int,

@@ -303,13 +303,13 @@ def test_the_rubric_bounds_follow_the_generation_budget():
     from judges.dynamic import ITEM_JSON_TOKENS, rubric_budget, rubric_constraint
 
     assert [rubric_budget(t) for t in (43, 64, 96, 160, 1024, 4096)] == [
-        (1, 8), (1, 29), (1, 61), (2, 46), (16, 30), (20, 64)]
+        (1, 8), (1, 29), (1, 36), (2, 36), (16, 30), (20, 36)]
     for t in range(43, 2000):  # the grammar's worst case fits the budget
         items, criterion = rubric_budget(t)
         assert 2 + items * (ITEM_JSON_TOKENS + criterion) <= t and criterion >= 8
     constraint = rubric_constraint(160)
     assert constraint.schema["maxItems"] == 2 and constraint.schema["items"]["properties"]["criterion"]["maxLength"] == 160
-    assert "criterion[max_tokens=46]" in constraint.lark and '(", " item){0,1}' in constraint.lark
+    assert "criterion[max_tokens=36]" in constraint.lark and '(", " item){0,1}' in constraint.lark
     assert '", " item' not in rubric_constraint(96).lark  # one item: no repetition (llguidance refuses {0,0})
 
 
