@@ -1,6 +1,6 @@
-"""Per-row controls of the `hf` backend's batched generation: each row of a batch keeps its own budget, stop
-strings, `min_tokens`, structured-output constraint and sampling seed (transformers' `generate` takes one setting
-per batch)."""
+"""Per-row state of the `hf` backend's batched generation (`harness.backends.hf_decode`): each row of a batch keeps
+its own budget, stop strings, `min_tokens`, structured-output grammar (`RowMasks`) and sampling seed (`RowSampler`).
+`RowConstraint` puts the same grammar masks in a `transformers.LogitsProcessor`, for TRL's `generate`."""
 
 from __future__ import annotations
 

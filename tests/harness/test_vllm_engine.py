@@ -295,6 +295,8 @@ def test_structured_output_on_the_real_engine(tmp_path: Path) -> None:
 
     from harness.backends.base import Constraint
     from harness.backends.vllm_backend import VLLMBackend
+    from judges.dynamic import rubric_constraint
+    from judges.rubric import parse_rubric
 
     model = build_tiny_lm(tmp_path / "bytes", head_dim=32, byte_level=True)  # llguidance reads byte-level tokenizers
     schema = {"type": "array", "minItems": 1, "maxItems": 3,
@@ -304,13 +306,19 @@ def test_structured_output_on_the_real_engine(tmp_path: Path) -> None:
     constraints = [Constraint.json_schema(schema), Constraint.choice(["yes", "no"]), Constraint.regex(r"[0-9]{2}-[a-c]{3}")]
     requests = [req("rubric?", max_tokens=200, temperature=1.0, seed=s, constraint=c)
                 for s in range(8) for c in constraints]
+    # The evaluator's budget-exact rubric grammar (criteria bounded in tokens, llguidance's max_tokens) at the
+    # budget it was built for: spelled a byte a token, every rubric still closes within it.
+    requests += [req("rubric?", max_tokens=48, temperature=1.0, seed=s, constraint=rubric_constraint(48))
+                 for s in range(8)]
     b = VLLMBackend(str(model), BackendOptions(**ENGINE))
     try:
         out = run(b.generate(requests))
     finally:
         run(b.close())
     assert all(c.ok for c in out), [c.error for c in out if not c.ok]
-    texts = [c.texts[0] for c in out]
+    for budgeted in out[24:]:
+        assert parse_rubric(budgeted.texts[0]).items and budgeted.usage.completion_tokens <= 48
+    texts = [c.texts[0] for c in out[:24]]
     for rubric in texts[0::3]:
         items = json.loads(rubric)
         assert 1 <= len(items) <= 3 and all(1 <= i["weight"] <= 5 and 1 <= len(i["criterion"]) <= 20 for i in items)
