@@ -516,17 +516,28 @@ class HFBackend(LocalBackend):
             from concurrent.futures import ThreadPoolExecutor
 
             self._masks_pool = ThreadPoolExecutor(1, thread_name_prefix="hf-masks")
-        log.debug("hf model %s: generating %d rows of up to %d new tokens", self.model, len(batch),
-                  max(r.max_new for r in batch))
-        with torch.inference_mode():
-            done = decode(
-                self._lm, torch, batch, ids, mask, eos_ids=self._eos_ids, pad_id=self._pad_id,
-                decode_tail=lambda tail: self._tok.decode(tail, skip_special_tokens=True),
-                token_mask=self._token_mask() if constrained else None, jump_forward=self.options.jump_forward,
-                keep_logits=want_logits, masks_pool=self._masks_pool,
-                # Rows cut short by the stop are not answers: the call raises instead of returning them.
-                check=lambda: check_stop(stop, f"generation on hf model {self.model!r}"),
-            )
+        budget = max(r.max_new for r in batch)
+        log.debug("hf model %s: generating %d rows of up to %d new tokens", self.model, len(batch), budget)
+        checks = [0]  # one check before each forward pass: the steps done are the checks less one
+
+        def check() -> None:
+            checks[0] += 1
+            # Rows cut short by the stop are not answers: the call raises instead of returning them.
+            check_stop(stop, f"generation on hf model {self.model!r}")
+
+        try:
+            with torch.inference_mode():
+                done = decode(
+                    self._lm, torch, batch, ids, mask, eos_ids=self._eos_ids, pad_id=self._pad_id,
+                    decode_tail=lambda tail: self._tok.decode(tail, skip_special_tokens=True),
+                    token_mask=self._token_mask() if constrained else None,
+                    jump_forward=self.options.jump_forward, keep_logits=want_logits, masks_pool=self._masks_pool,
+                    check=check,
+                )
+        except Cancelled:
+            log.debug("hf model %s: generation stopped after %d of up to %d new tokens", self.model,
+                      max(0, checks[0] - 1), budget)
+            raise
         self.decode_counts["forward_passes"] += done.forward_passes
         self.decode_counts["forced_tokens"] += done.forced_tokens
         self.decode_counts["tokens"] += sum(len(t) for t in done.tokens)

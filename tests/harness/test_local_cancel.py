@@ -64,15 +64,15 @@ def long_request(text: str = "Hello") -> GenerateRequest:
 
 class Steps:
     """Counts the model's forward passes (one per decode step) and holds the first one until `go` is set, so a
-    test acts while generation is known to be under way; `returned` is set when `model.generate` returns."""
+    test acts while generation is known to be under way; `returned` is set when the backend's decode of a batch
+    returns or raises."""
 
     def __init__(self, backend) -> None:
         self.count = 0
         self.first, self.go, self.returned = threading.Event(), threading.Event(), threading.Event()
         backend.load()
-        model = backend._lm
-        model.register_forward_hook(self._step)
-        real = model.generate
+        backend._lm.register_forward_hook(self._step)
+        real = backend._generate_batch
 
         def generate(*args, **kwargs):
             try:
@@ -80,7 +80,7 @@ class Steps:
             finally:
                 self.returned.set()
 
-        model.generate = generate
+        backend._generate_batch = generate
 
     def _step(self, module, args, output) -> None:
         self.count += 1
@@ -373,10 +373,10 @@ first, go = pathlib.Path({first!r}), pathlib.Path({go!r})
 load = hf.HFBackend._load
 def gated_load(self):
     load(self)
-    model, generate, state = self._lm, self._lm.generate, {{"long": False, "steps": 0}}
-    def watched(*args, **kwargs):
-        state["long"], state["steps"] = kwargs["max_new_tokens"] > 1000, 0
-        return generate(*args, **kwargs)
+    model, generate, state = self._lm, self._generate_batch, {{"long": False, "steps": 0}}
+    def watched(batch, stop):
+        state["long"], state["steps"] = max(r.max_new for r in batch) > 1000, 0
+        return generate(batch, stop)
     def step(module, args, output):
         if state["long"]:
             state["steps"] += 1
@@ -384,7 +384,7 @@ def gated_load(self):
                 first.write_text("first token")
                 while not go.exists():  # the test creates it once the signal is handled
                     time.sleep(0.01)
-    model.generate = watched
+    self._generate_batch = watched
     model.register_forward_hook(step)
 hf.HFBackend._load = gated_load
 """
