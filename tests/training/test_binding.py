@@ -133,7 +133,8 @@ def test_coevolve_keeps_bound_stages_and_refuses_changed_ones(tmp_path: Path, ti
             "output_dir": str(co), "rounds": 1, "gen_max_tokens": 96, "set_size": 2, "set_max_tokens": 12,
             "data": {"limit": 2, "generator_rules": {"max_prompt_chars": 300, "min_useful": 2},
                      "policy_rules": {"max_prompt_chars": 300}},
-            "generator_grpo": TINY_GRPO, "policy_grpo": TINY_GRPO}
+            # A generator's rollouts decode under the rubric grammar, whose smallest budget is 43 tokens.
+            "generator_grpo": {**TINY_GRPO, "max_completion_length": 44}, "policy_grpo": TINY_GRPO}
     config = tmp_path / "co.yaml"
 
     def coevolve(*extra: str, **change) -> subprocess.CompletedProcess:

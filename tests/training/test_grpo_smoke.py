@@ -261,7 +261,8 @@ def test_coevolve_two_rounds_with_stale_controls_on_tiny_models(tmp_path: Path, 
         "stale_controls": True, "gen_max_tokens": 96, "set_size": 2, "set_max_tokens": 12,
         "data": {"limit": 2, "generator_rules": {"max_prompt_chars": 300, "min_useful": 2},
                  "policy_rules": {"max_prompt_chars": 300}},
-        "generator_grpo": tiny, "policy_grpo": tiny,
+        # A generator's rollouts decode under the rubric grammar, whose smallest budget is 43 tokens.
+        "generator_grpo": {**tiny, "max_completion_length": 44}, "policy_grpo": tiny,
     }))
     done = subprocess.run([sys.executable, "-m", "harness", "train", "coevolve", "--config", str(config), "--rounds",
                            "2", "--data-dir", str(nectar_dir)], capture_output=True, text=True, timeout=900)

@@ -71,7 +71,8 @@ def test_a_generator_step_on_two_processes_samples_the_sets_once(tmp_path: Path,
     out = tmp_path / "g"
     config = _config(tmp_path / "g.yaml", tiny_lm, out, data={
         "limit": 2, "generator_rules": {"max_prompt_chars": 300, "min_useful": 2},
-        "sets": {"policy": f"hf:{tiny_lm}", "set_size": 2, "max_tokens": 8}})
+        "sets": {"policy": f"hf:{tiny_lm}", "set_size": 2, "max_tokens": 8}},
+        grpo={"max_completion_length": 44})  # the rubric grammar's smallest budget is 43 tokens
     done = launch("generator", config, nectar_dir)
     assert done.returncode == 0, _why(done)
     assert done.stdout.count("generator checkpoint:") == 1  # the main process reports
