@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from harness.backends.hf_rows import Row, RowMasks, RowSampler
@@ -34,7 +34,6 @@ class Decoded:
     logits: list[list[Any]] | None
     forward_passes: int = 0
     forced_tokens: int = 0
-    stopped: list[bool] = field(default_factory=list)
 
 
 def decode(
@@ -66,7 +65,7 @@ def decode(
     eos = set(eos_ids)
     masks = RowMasks(rows, token_mask, eos_ids) if any(r.constraint is not None for r in rows) else None
     sampler = RowSampler(rows)
-    out = Decoded([[] for _ in rows], [[] for _ in rows] if keep_logits else None, stopped=[False] * n)
+    out = Decoded([[] for _ in rows], [[] for _ in rows] if keep_logits else None)
     active = [r.max_new > 0 for r in rows]
     window = [max((len(s) for s in r.stops if s), default=0) + 8 for r in rows]
     last_pos = (attention.sum(dim=1) - 1).tolist()
@@ -184,5 +183,4 @@ def _add(out: Decoded, j: int, tokens: list[int], row: Row, eos: set[int], windo
         text = decode_tail(gen[-(window + len(tokens)) :])
         if any(s in text for s in stops):
             active[j] = False
-            out.stopped[j] = True
 

@@ -57,6 +57,11 @@ class RowMasks:
         self.done = [m is None for m in self.matchers]
         self.bitmask = torch.full((len(rows), mask.words), -1, dtype=torch.int32)
         self.shifts = torch.arange(32, dtype=torch.int32)
+        # A mask that allows every token of the tokenizer (the last word's bits past its vocabulary are 0).
+        self.everything = torch.full((mask.words,), -1, dtype=torch.int32)
+        spare = 32 * mask.words - mask.vocab_size
+        if spare:
+            self.everything[-1] = torch.tensor((1 << (32 - spare)) - 1, dtype=torch.int64).to(torch.int32)
         self._masked: list[int] = []
         self._ended: list[int] = []
 
@@ -86,7 +91,7 @@ class RowMasks:
             (self._ended if self.matchers[j].is_stopped() else self._masked).append(j)
         if self._masked:
             self.mask.fill_rows([(self.matchers[j], j) for j in self._masked], self.bitmask)
-            full = (self.bitmask[self._masked] == -1).all(dim=1).tolist()
+            full = (self.bitmask[self._masked] == self.everything).all(dim=1).tolist()
             self._masked = [j for j, everything in zip(self._masked, full) if not everything]
 
     def apply(self, scores: Any) -> Any:

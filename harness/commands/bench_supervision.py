@@ -111,7 +111,7 @@ class Cost:
 
 @dataclass
 class _Spent:
-    """Calls and tokens per model, and the parameters each weighs by."""
+    """Calls and tokens (of one model, or of one role's requests)."""
 
     calls: float = 0.0
     prompt_tokens: float = 0.0
