@@ -95,6 +95,7 @@ from harness.backends.local import (
     check_score_head,
     check_source_head,
     check_stop,
+    compute_thread,
     check_placed,
     encode_chat,
     encode_contexts,
@@ -163,7 +164,7 @@ class HFBackend(LocalBackend):
         """The stop of the work holding the model (`_locked`), checked before every decoder layer."""
         self._lacks: dict[str, str] = {}
         self._config: dict[str, Any] = {}
-        self._local_state()
+        self._local_state(compute_thread())  # one thread for every hf model: see compute_thread
         self.max_memory: dict[int, int] | None = None
         """The plan's `max_memory` (GPU -> bytes) for `device=auto` over several GPUs, set by the run's scheduler
         (`harness.backends.local.hf_placement`); None: an even split over every visible GPU."""
@@ -228,6 +229,8 @@ class HFBackend(LocalBackend):
                 f"hf backend needs torch and transformers ({exc.name} missing): "
                 'pip install "dynamicrubric-harness[hf]"'
             ) from exc
+        from harness.backends.hf_linear import few_row_linears
+
         src = self._source
         self.device = pick_device(self.options.device)
         self.dtype = pick_dtype(self.options.dtype, self.device)
@@ -247,6 +250,7 @@ class HFBackend(LocalBackend):
             lm = lm.to(self.device)
         check_placed(lm, f"hf model {self.model!r}")
         lm.eval()
+        few_row_linears(lm)
         for layer in decoder_layers(lm):
             layer.register_forward_pre_hook(self._stop_between_layers)
         text_config = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
@@ -512,7 +516,10 @@ class HFBackend(LocalBackend):
         ids, mask = self._pad([r.ids for r in batch])
         want_logits = any(r.logprobs for r in batch)
         constrained = any(r.constraint is not None for r in batch)
-        if constrained and self._masks_pool is None:
+        # On an accelerator the next masks are computed while the device runs the forward pass. On the CPU they are
+        # computed in turn: they take about 0.2 ms, and a second thread's tensor operations beside the forward
+        # pass's share its cores and slowed every decode pass about 2x (measured, 2 cores).
+        if constrained and self._masks_pool is None and self._lm.device.type != "cpu":
             from concurrent.futures import ThreadPoolExecutor
 
             self._masks_pool = ThreadPoolExecutor(1, thread_name_prefix="hf-masks")
@@ -610,17 +617,35 @@ class HFBackend(LocalBackend):
                 continue
             for (i, ids), row in zip(batch, rows):
                 results[i] = LogprobResult(_pick(row, cand_ids), usage=Usage(len(ids), 0))
-        for i, seqs in branched:
+        # Requests in chunks of up to `size` (a chunk's shared starts are one pass); a chunk that fails is run
+        # again one request at a time, so that only the request at fault fails.
+        for start in range(0, len(branched), size):
+            chunk = branched[start : start + size]
             check_stop(stop, what)
             try:
-                rows, computed = self._branch_logprobs(seqs)
+                found = self._branch_logprobs([seqs for _, seqs in chunk])
             except Cancelled:
                 raise
             except Exception as exc:
-                results[i] = LogprobResult({}, error=_forward_failure(exc))
-                continue
-            branches = tuple(_pick(row, cand_ids) for row in rows)
-            results[i] = LogprobResult({}, branches=branches, usage=Usage(computed, 0))
+                if len(chunk) == 1:
+                    results[chunk[0][0]] = LogprobResult({}, error=_forward_failure(exc))
+                    continue
+                found = []
+                for i, seqs in chunk:
+                    check_stop(stop, what)
+                    try:
+                        found += self._branch_logprobs([seqs])
+                    except Cancelled:
+                        raise
+                    except Exception as err:
+                        found.append(_forward_failure(err))
+            for (i, _), got in zip(chunk, found):
+                if isinstance(got, Failure):
+                    results[i] = LogprobResult({}, error=got)
+                    continue
+                rows, computed = got
+                branches = tuple(_pick(row, cand_ids) for row in rows)
+                results[i] = LogprobResult({}, branches=branches, usage=Usage(computed, 0))
         return results  # type: ignore[return-value]
 
     def _loglikelihood_sync(
@@ -690,50 +715,64 @@ class HFBackend(LocalBackend):
             out = self._lm(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1)
             return list(torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).cpu())
 
-    def _branch_logprobs(self, seqs: list[list[int]]) -> tuple[list[Any], int]:
-        """Next-token log-softmax after each of `seqs`, computing the tokens they all share once.
+    def _branch_logprobs(self, requests: list[list[list[int]]]) -> list[tuple[list[Any], int]]:
+        """For each request (its branches' token ids), the next-token log-softmax after each branch and the number
+        of prompt tokens computed: the tokens a request's branches all share are computed once.
 
-        One forward pass over the shared tokens fills a KV cache; each batch of branches then runs on a copy
-        of it, right-padded (padding after a branch's last token cannot change that token's logits under
-        causal attention). Returns the rows and the number of prompt tokens computed.
+        One left-padded forward pass over the requests' shared starts fills a KV cache; the branches then run in
+        batches of up to `batch_size` rows, each on a copy of the cache holding its request's row, right-padded
+        (padding after a branch's last token cannot change that token's logits under causal attention), only each
+        branch's last position through the vocabulary head where this transformers can keep one per row.
         """
+        from harness.backends.hf_decode import _forward_style
+
         torch = self._torch
-        shared = len(os.path.commonprefix(seqs))  # works on any sequences, token lists included
-        shared = min(shared, min(len(s) for s in seqs) - 1)  # each branch keeps a token whose logits are read
         device = self._lm.device
-        rows: list[Any] = []
+        _, per_row = _forward_style(self._lm)
+        # Each branch keeps at least its last token, whose logits are read.
+        shared = [min(len(os.path.commonprefix(seqs)), min(len(s) for s in seqs) - 1) for seqs in requests]
+        branches = [(r, seq[shared[r] :]) for r, seqs in enumerate(requests) for seq in seqs]
+        found: list[list[Any]] = [[] for _ in requests]
         with torch.inference_mode():
-            cache = None
-            if shared > 0:
-                prefix = torch.tensor([seqs[0][:shared]], dtype=torch.long, device=device)
-                out = self._lm(input_ids=prefix, use_cache=True)
+            cache, starts = None, torch.zeros((len(requests), 0), dtype=torch.long)
+            if min(shared) > 0:  # else (a request whose branches share no token) every branch runs whole
+                starts_ids, starts = self._pad([seqs[0][: shared[r]] for r, seqs in enumerate(requests)])
+                out = self._lm(input_ids=starts_ids, attention_mask=starts,
+                               position_ids=(starts.cumsum(-1) - 1).clamp(min=0), use_cache=True)
                 cache = out.cache if hasattr(out, "cache") else out.past_key_values  # renamed in v5
+                starts = starts.cpu()
+            else:
+                shared = [0] * len(requests)
+                branches = [(r, seq) for r, seqs in enumerate(requests) for seq in seqs]
             size = self.options.batch_size
-            for start in range(0, len(seqs), size):
-                tails = [s[shared:] for s in seqs[start : start + size]]
-                n, width = len(tails), max(len(t) for t in tails)
+            for start in range(0, len(branches), size):
+                batch = branches[start : start + size]
+                rows = torch.tensor([r for r, _ in batch])
+                n, width = len(batch), max(len(t) for _, t in batch)
                 ids = torch.full((n, width), self._pad_id, dtype=torch.long)
-                mask = torch.zeros((n, shared + width), dtype=torch.long)
-                mask[:, :shared] = 1
-                for j, t in enumerate(tails):
+                mask = torch.cat([starts[rows], torch.zeros((n, width), dtype=torch.long)], dim=1)
+                for j, (_, t) in enumerate(batch):
                     ids[j, : len(t)] = torch.tensor(t, dtype=torch.long)
-                    mask[j, shared : shared + len(t)] = 1
-                positions = (shared + torch.arange(width)).expand(n, width)
+                    mask[j, starts.shape[1] : starts.shape[1] + len(t)] = 1
+                positions = torch.tensor([[shared[r]] for r, _ in batch]) + torch.arange(width)
                 past = None
                 if cache is not None:
                     past = copy.deepcopy(cache)
-                    past.batch_repeat_interleave(n)
+                    past.batch_select_indices(rows.to(device))
+                last = torch.tensor([len(t) - 1 for _, t in batch])
+                keep = last[:, None].to(device) if per_row else 0
                 logits = self._lm(
                     input_ids=ids.to(device),
                     attention_mask=mask.to(device),
                     position_ids=positions.to(device),
                     use_cache=past is not None,
+                    logits_to_keep=keep,
                     **{self._cache_arg: past},
                 ).logits
-                last = logits[torch.arange(n), torch.tensor([len(t) - 1 for t in tails])]
-                rows += list(torch.log_softmax(last.float(), dim=-1).cpu())
-        return rows, shared + sum(len(s) - shared for s in seqs)
-
+                picked = logits[:, -1] if per_row else logits[torch.arange(n), last]
+                for (r, _), row in zip(batch, torch.log_softmax(picked.float(), dim=-1).cpu()):
+                    found[r].append(row)
+        return [(rows, shared[r] + sum(len(s) - shared[r] for s in requests[r])) for r, rows in enumerate(found)]
 
 def decoder_layers(model: Any) -> list[Any]:
     """The decoder layers of a transformers model: its `GradientCheckpointingLayer`s (every decoder layer of

@@ -7,8 +7,9 @@ loop appends them all and feeds them in the same forward pass as the row's sampl
 decodes under a grammar). The forced tokens are llguidance's fast-forward tokens (`compute_ff_tokens`), each the
 only token the grammar's mask allows at its step, so greedy outputs are token for token those of decoding them one
 step at a time; a sampled row's generator is advanced past each forced token as if it had been drawn
-(`RowSampler.skip`), so its samples are unchanged too. The next step's masks are computed in llguidance's threads
-while the forward pass runs (`RowMasks.compute`, off the GIL).
+(`RowSampler.skip`), so its samples are unchanged too. On an accelerator the next step's masks are computed in
+llguidance's threads while the forward pass runs (`RowMasks.compute`, off the GIL); on the CPU in turn (see
+`HFBackend._generate_batch`: they take about 0.2 ms, and a second thread's tensor work slows the pass).
 
 A step's rows carry different numbers of new tokens: they are right-padded to the longest, the padding masked out
 of attention (and kept masked in the cache), each row's positions counting its real tokens only. Raw logits (before

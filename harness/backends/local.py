@@ -25,11 +25,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import contextvars
+import functools
 import json
 import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +77,37 @@ class Cancelled(Interrupted):
     nothing of it is cached or recorded."""
 
 
+_COMPUTE: dict[int, ThreadPoolExecutor] = {}
+_COMPUTE_GUARD = threading.Lock()
+
+
+def compute_thread() -> ThreadPoolExecutor:
+    """The one thread on which this process's `hf` models load, compute and free.
+
+    torch's CPU kernels run on an OpenMP team per calling thread, and GNU OpenMP (torch's wheels) stops spinning
+    between parallel regions as soon as its teams together hold more threads than the machine has cores: each of
+    the thousands of small products of a decode then waits for its threads to wake. With the work spread over
+    `asyncio.to_thread`'s pool, every forward pass ran about 2x slower than from one thread, even with one thread
+    working at a time (measured on 2 cores: a 2-row decode pass of SmolLM2-135M 61 ms against 33 ms). Models in one
+    process therefore take turns on this thread, as they would take turns for the cores anyway. One per process
+    (a forked child gets its own).
+    """
+    pid = os.getpid()
+    with _COMPUTE_GUARD:
+        if pid not in _COMPUTE:
+            _COMPUTE.clear()
+            _COMPUTE[pid] = ThreadPoolExecutor(1, thread_name_prefix="harness-compute")
+        return _COMPUTE[pid]
+
+
+async def in_thread(executor: ThreadPoolExecutor | None, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` on `executor` (None: `asyncio.to_thread`'s pool), in a copy of the caller's context."""
+    if executor is None:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+
 class InFlight:
     """The work a local backend runs in worker threads, and the calls waiting for it.
 
@@ -86,7 +120,9 @@ class InFlight:
     together; Ctrl-C cancels them all), and by `cancel` (the backend closing, or any thread).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, executor: ThreadPoolExecutor | None = None) -> None:
+        self.executor = executor
+        """Where the work runs (None: `asyncio.to_thread`'s pool; `hf`: `compute_thread()`)."""
         self._waiting = 0
         self._stops: set[threading.Event] = set()
         self._guard = threading.Lock()
@@ -108,12 +144,12 @@ class InFlight:
             self._waiting -= 1
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(*args, stop=event)` in a worker thread; cancelling this await sets `event` too."""
+        """`fn(*args, stop=event)` in a worker thread (`executor`); cancelling this await sets `event` too."""
         stop = threading.Event()
         with self._guard:
             self._stops.add(stop)
         try:
-            return await asyncio.to_thread(fn, *args, stop=stop)
+            return await in_thread(self.executor, fn, *args, stop=stop)
         except asyncio.CancelledError:
             with self._guard:
                 self._stop(stop)
@@ -147,9 +183,9 @@ class LocalBackend(BaseBackend):
     - `close`: `cancel`, then free the model for good; later requests fail.
     """
 
-    def _local_state(self) -> None:
+    def _local_state(self, executor: ThreadPoolExecutor | None = None) -> None:
         self._closed = False
-        self._inflight = InFlight()
+        self._inflight = InFlight(executor)
         self.loads = 0
         """How many times the model was loaded (0 until the first request the cache could not answer)."""
         self.releases = 0
@@ -174,17 +210,17 @@ class LocalBackend(BaseBackend):
 
     async def probe(self) -> None:
         if not self.resident or self._closed:
-            await asyncio.to_thread(self.load)
+            await in_thread(self._inflight.executor, self.load)
 
     async def release(self) -> None:
-        await asyncio.to_thread(self._free, closing=False)
+        await in_thread(self._inflight.executor, self._free, closing=False)
 
     def cancel(self) -> None:
         self._inflight.cancel()
 
     async def close(self) -> None:
         self.cancel()
-        await asyncio.to_thread(self._free, closing=True)
+        await in_thread(self._inflight.executor, self._free, closing=True)
 
 
 def check_stop(stop: threading.Event, what: str) -> None:

@@ -265,6 +265,65 @@ def test_event_loop_stays_responsive_and_calls_serialise(backend, monkeypatch: p
     assert state["passes"] >= 1 and state["peak"] == 1
 
 
+def test_every_hf_model_loads_computes_and_frees_on_one_thread(tiny_dir: Path, tmp_path: Path) -> None:
+    """Two models (a causal LM and a reward model): their loads, forward passes (generation, logprobs, scores) and
+    frees all run on the process's one compute thread (GNU OpenMP slows every thread's kernels once several
+    threads hold teams), never on the event loop's thread."""
+    import torch
+
+    from harness.backends.base import LogprobRequest, ScoreRequest
+    from harness.backends.hf import HFBackend
+    from harness.backends.local import compute_thread
+
+    seen: set[str] = set()
+    lm = HFBackend(str(tiny_dir), BackendOptions(dtype="float32"))
+    rm = HFBackend(str(build_tiny_rm(tmp_path / "rm")), BackendOptions(dtype="float32"))
+    real_load = HFBackend._load
+
+    def load(self) -> None:
+        seen.add(threading.current_thread().name)
+        real_load(self)
+        self._lm.register_forward_pre_hook(lambda *_: seen.add(threading.current_thread().name))
+
+    async def go() -> None:
+        await lm.generate([req("Hello", max_tokens=3)])
+        await lm.next_token_logprobs([LogprobRequest(user_chat("Hi"), branches=(" a", " b"))], ["Yes"])
+        await rm.score([ScoreRequest((*user_chat("Hi"), Message("assistant", "Hello")))])
+        await lm.release()
+        await rm.close()
+        await lm.close()
+
+    try:
+        HFBackend._load = load
+        asyncio.run(go())
+    finally:
+        HFBackend._load = real_load
+    assert lm.releases == 1 and rm.releases == 1  # close frees what is loaded: lm was released before
+    [name] = seen
+    assert name.startswith("harness-compute") and compute_thread().submit(threading.current_thread).result().name == name
+    assert torch.get_num_threads() >= 1
+
+
+def test_a_forked_child_gets_its_own_compute_thread() -> None:
+    """A child forked after the parent's compute thread started gets a new one (the parent's does not exist in it)."""
+    import multiprocessing
+
+    from harness.backends.local import compute_thread
+
+    parent = compute_thread()
+    assert parent.submit(lambda: 1).result() == 1
+    child = multiprocessing.get_context("fork").Process(target=_child_computes)
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0
+
+
+def _child_computes() -> None:
+    from harness.backends.local import compute_thread
+
+    os._exit(0 if compute_thread().submit(lambda: 2).result(timeout=60) == 2 else 1)
+
+
 def test_closed_backend_refuses_work(tiny_dir: Path) -> None:
     from harness.backends.hf import HFBackend
 

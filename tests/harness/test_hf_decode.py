@@ -134,3 +134,21 @@ def test_the_embedded_model_never_cuts_a_constrained_rubric(smollm2):
             assert completion.usage.completion_tokens <= budget * len(completion.texts)
             for text in completion.texts:
                 parse_rubric(text)
+
+
+def test_masks_computed_beside_the_forward_pass_change_no_output(smollm2):
+    """On an accelerator the next masks are computed in a thread while the forward pass runs; on the CPU in turn.
+    Both give the same rubrics (sampled, seeded)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    backend = smollm2(True)
+    params = SamplingParams(max_tokens=64, temperature=0.8, n=2, seed=5, constraint=rubric_constraint(64))
+    inline, _ = _generate(backend, params)
+    assert backend._masks_pool is None  # the CPU computes masks in turn
+    backend._masks_pool = ThreadPoolExecutor(1, thread_name_prefix="hf-masks")
+    try:
+        beside, _ = _generate(backend, params)
+    finally:
+        backend._masks_pool.shutdown()
+        backend._masks_pool = None
+    assert [c.texts for c in beside] == [c.texts for c in inline]

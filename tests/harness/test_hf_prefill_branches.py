@@ -83,6 +83,43 @@ def test_branches_match_direct_forward_passes_and_share_their_start(tiny) -> Non
     assert plain.logprobs["Yes"] == pytest.approx(_expected(backend, path, single_ids, "Yes"), abs=1e-4)
 
 
+def test_requests_of_different_lengths_batched_together_match_direct_passes(tiny) -> None:
+    """Several branched requests in one call: their shared starts left-padded in one pass (batch_size 2: two
+    chunks), their branches on rows picked from that cache, each branch as a direct forward pass computes it."""
+    backend, path = tiny
+    requests = [
+        LogprobRequest(user_chat("Short question?"), branches=(" Criterion: brief.", " Criterion: polite and exact.")),
+        LogprobRequest(user_chat(SHARED + " A much longer start than the others, " * 3), branches=BRANCHES[:3]),
+        LogprobRequest(user_chat("Medium length question about foxes?"), branches=(" Yes", " No, never")),
+    ]
+    got = asyncio.run(backend.next_token_logprobs(requests, ["Yes", "No"]))
+    for request, result in zip(requests, got):
+        assert result.ok and len(result.branches) == len(request.branches)
+        full = [backend.encode(c) for c in request.contexts()]
+        for ids, found in zip(full, result.branches):
+            for c in ("Yes", "No"):
+                assert found[c] == pytest.approx(_expected(backend, path, ids, c), abs=1e-4)
+        assert result.usage.prompt_tokens < sum(len(ids) for ids in full)
+
+
+def test_a_chunk_that_fails_is_rerun_request_by_request(tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward pass that fails for one request of a chunk fails that request alone, with what went wrong."""
+    backend, _ = tiny
+    real = backend._branch_logprobs
+
+    def failing(requests):
+        if any("poison" in backend.tokenizer.decode(seqs[0]) for seqs in requests):
+            raise RuntimeError("the forward pass ran out of memory")
+        return real(requests)
+
+    monkeypatch.setattr(backend, "_branch_logprobs", failing)
+    requests = [LogprobRequest(user_chat("fine"), branches=(" a", " b")),
+                LogprobRequest(user_chat("poison"), branches=(" a", " b"))]
+    ok, bad = asyncio.run(backend.next_token_logprobs(requests, ["Yes"]))
+    assert ok.ok and len(ok.branches) == 2
+    assert bad.error is not None and "ran out of memory" in bad.error.message
+
+
 def test_identical_branches_and_a_single_branch(tiny) -> None:
     backend, path = tiny
     same = LogprobRequest(user_chat("one two"), branches=(" three", " three"))

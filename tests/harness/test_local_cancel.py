@@ -451,9 +451,10 @@ def test_a_signal_during_local_generation_stops_it_and_keeps_finished_sets(
 @pytest.mark.slow
 def test_a_second_ctrl_c_exits_at_once_while_the_backends_close(endless_dir: Path, tmp_path: Path) -> None:
     """A backend that never finishes closing (here: freeing the model blocks for ever) cannot hold the command:
-    the second Ctrl-C prints the `interrupted:` line and exits."""
-    first, closing = tmp_path / "first", tmp_path / "closing"
-    prelude = GATED.format(first=str(first), go=str(tmp_path / "go")) + (
+    the second Ctrl-C prints the `interrupted:` line and exits. (The held generation goes on once the first is
+    handled: the model's free runs on the same compute thread, after it.)"""
+    first, closing, go = tmp_path / "first", tmp_path / "closing", tmp_path / "go"
+    prelude = GATED.format(first=str(first), go=str(go)) + (
         "import threading\n"
         "def stuck(self, *, closing):\n"
         f"    pathlib.Path({str(closing)!r}).write_text('closing')\n"
@@ -464,6 +465,8 @@ def test_a_second_ctrl_c_exits_at_once_while_the_backends_close(endless_dir: Pat
     try:
         wait_until("set b's first token", first.exists, (proc, err))
         proc.send_signal(signal.SIGINT)
+        wait_until("the output marked interrupted", lambda: _status(tmp_path) == "interrupted", (proc, err))
+        go.write_text("go")
         wait_until("the backends to start closing", closing.exists, (proc, err))
         proc.send_signal(signal.SIGINT)
         proc.wait(HANG_GUARD_S)
