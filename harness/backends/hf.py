@@ -724,11 +724,11 @@ class HFBackend(LocalBackend):
         (padding after a branch's last token cannot change that token's logits under causal attention), only each
         branch's last position through the vocabulary head where this transformers can keep one per row.
         """
-        from harness.backends.hf_decode import _forward_style
+        from harness.backends.hf_decode import forward_style
 
         torch = self._torch
         device = self._lm.device
-        _, per_row = _forward_style(self._lm)
+        _, per_row = forward_style(self._lm)
         # Each branch keeps at least its last token, whose logits are read.
         shared = [min(len(os.path.commonprefix(seqs)), min(len(s) for s in seqs) - 1) for seqs in requests]
         branches = [(r, seq[shared[r] :]) for r, seqs in enumerate(requests) for seq in seqs]
@@ -756,8 +756,8 @@ class HFBackend(LocalBackend):
                     mask[j, starts.shape[1] : starts.shape[1] + len(t)] = 1
                 positions = torch.tensor([[shared[r]] for r, _ in batch]) + torch.arange(width)
                 past = None
-                if cache is not None:
-                    past = copy.deepcopy(cache)
+                if cache is not None:  # the cache's rows of this batch, the shared cache itself left as it is
+                    past = copy.deepcopy(cache, _kept_tensors(cache, torch))
                     past.batch_select_indices(rows.to(device))
                 last = torch.tensor([len(t) - 1 for _, t in batch])
                 keep = last[:, None].to(device) if per_row else 0
@@ -791,6 +791,13 @@ def decoder_layers(model: Any) -> list[Any]:
             if name.split(".")[-1] == "layers" and isinstance(m, torch.nn.ModuleList):
                 found += list(m)
     return found
+
+
+def _kept_tensors(cache: Any, torch: Any) -> dict[int, Any]:
+    """A `copy.deepcopy` memo that keeps the key and value tensors of `cache`'s layers: the copy gets layers of its
+    own (`batch_select_indices` then replaces their tensors with the rows it picks) without copying every row."""
+    return {id(t): t for layer in getattr(cache, "layers", ()) for t in vars(layer).values()
+            if isinstance(t, torch.Tensor) and t.dim() == 4}
 
 
 def _pick(row: Any, cand_ids: dict[str, list[int]]) -> dict[str, float]:

@@ -83,7 +83,7 @@ def decode(
     pending = start_masks([j for j in range(n) if active[j]])
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     step_ids, step_len = ids, [ids.shape[1]] * n
-    cache_arg, per_row = _forward_style(lm)
+    cache_arg, per_row = forward_style(lm)
     prefill = True
     while True:
         check()
@@ -160,7 +160,7 @@ def decode(
         pending = start_masks([j for j in range(n) if active[j]])
 
 
-def _forward_style(lm: Any) -> tuple[str, bool]:
+def forward_style(lm: Any) -> tuple[str, bool]:
     """How this transformers takes the KV cache (`cache`, from 5.x; `past_key_values` before) and whether its
     `logits_to_keep` takes per-row positions (a 2-D tensor: `transformers.modeling_utils.slice_logits_to_keep`)."""
     import inspect

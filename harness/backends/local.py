@@ -208,6 +208,18 @@ class LocalBackend(BaseBackend):
     def _free(self, *, closing: bool) -> None:
         """Free the model's memory (counted in `releases`); `closing`: for good."""
 
+    @property
+    def executor(self) -> ThreadPoolExecutor | None:
+        """The thread the model works on (`hf`: `compute_thread()`), None: `asyncio.to_thread`'s pool."""
+        return self._inflight.executor
+
+    def load_blocking(self) -> None:
+        """`load` on the model's own thread, waiting for it here (a caller in another thread: a run's engine start)."""
+        if self.executor is None:
+            self.load()
+        else:
+            self.executor.submit(self.load).result()
+
     async def probe(self) -> None:
         if not self.resident or self._closed:
             await in_thread(self._inflight.executor, self.load)

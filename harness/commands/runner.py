@@ -390,7 +390,7 @@ def phase_hooks(scheduled: Schedule, pool: Any, *, start: bool, engines: Any = N
             inner, sized = backend.backend, scheduled.models.get(key)
             if isinstance(inner, HFBackend) and sized is not None:
                 inner.max_memory = even_max_memory(sized.devices, sized.per_device_gib)
-            loads.append((key, inner.load))
+            loads.append((key, getattr(inner, "load_blocking", inner.load)))  # hf: on its compute thread
         await engines.start(loads)
 
     async def after_phase(index: int) -> None:
