@@ -59,7 +59,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
-import inspect
 import logging
 import os
 import threading
@@ -83,6 +82,7 @@ from harness.backends.base import (
     Usage,
     sample_seed,
 )
+from harness.backends.hf_decode import decode, forward_style
 from harness.backends.hf_rows import Output, Row
 from harness.backends.local import (
     PLAIN_STOPS,
@@ -276,9 +276,8 @@ class HFBackend(LocalBackend):
         lm.generation_config = GenerationConfig(
             bos_token_id=old.bos_token_id, eos_token_id=self._eos_ids or None, pad_token_id=self._pad_id
         )
-        # The KV-cache argument of `forward`: `cache` since transformers 5, `past_key_values` before.
-        forward_args = inspect.signature(lm.forward).parameters
-        self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+        # The KV-cache argument of `forward` (`cache` since transformers 5) and whether `logits_to_keep` takes rows.
+        self._cache_arg, self._keep_per_row = forward_style(lm)
         self._lm, self._tok = lm, tok
         self.loads += 1
 
@@ -510,8 +509,6 @@ class HFBackend(LocalBackend):
         return completions
 
     def _generate_batch(self, batch: list[Row], stop: threading.Event) -> list[Output]:
-        from harness.backends.hf_decode import decode
-
         torch = self._torch
         ids, mask = self._pad([r.ids for r in batch])
         want_logits = any(r.logprobs for r in batch)
@@ -724,26 +721,24 @@ class HFBackend(LocalBackend):
         (padding after a branch's last token cannot change that token's logits under causal attention), only each
         branch's last position through the vocabulary head where this transformers can keep one per row.
         """
-        from harness.backends.hf_decode import forward_style
-
         torch = self._torch
         device = self._lm.device
-        _, per_row = forward_style(self._lm)
-        # Each branch keeps at least its last token, whose logits are read.
+        per_row = self._keep_per_row
+        # Each branch keeps at least its last token, whose logits are read; a chunk in which some request's branches
+        # share no token runs every branch whole.
         shared = [min(len(os.path.commonprefix(seqs)), min(len(s) for s in seqs) - 1) for seqs in requests]
+        if min(shared) <= 0:
+            shared = [0] * len(requests)
         branches = [(r, seq[shared[r] :]) for r, seqs in enumerate(requests) for seq in seqs]
         found: list[list[Any]] = [[] for _ in requests]
         with torch.inference_mode():
             cache, starts = None, torch.zeros((len(requests), 0), dtype=torch.long)
-            if min(shared) > 0:  # else (a request whose branches share no token) every branch runs whole
+            if shared[0] > 0:  # (all share some, or none does)
                 starts_ids, starts = self._pad([seqs[0][: shared[r]] for r, seqs in enumerate(requests)])
                 out = self._lm(input_ids=starts_ids, attention_mask=starts,
                                position_ids=(starts.cumsum(-1) - 1).clamp(min=0), use_cache=True)
                 cache = out.cache if hasattr(out, "cache") else out.past_key_values  # renamed in v5
                 starts = starts.cpu()
-            else:
-                shared = [0] * len(requests)
-                branches = [(r, seq) for r, seqs in enumerate(requests) for seq in seqs]
             size = self.options.batch_size
             for start in range(0, len(branches), size):
                 batch = branches[start : start + size]

@@ -12,9 +12,8 @@ through 30 such weights so that none stays in cache:
 | `F.linear` | 300 | 448 | 385 | 337 | 366 |
 | `(W @ x.T).T` | 104 | 100 | 126 | 227 | 402 |
 
-A decode pass of SmolLM2-135M (500 tokens in its cache) took 58 ms for one row and 91 ms for two before, 33 and 34 ms
-after. `harness bench structured` and
-`harness bench supervision` measure whole decodes.
+A decode pass of SmolLM2-135M (500-600 tokens in its cache) took 58 ms for one row and 91 ms for two before, 33 and
+34 ms after. `harness bench structured` and `harness bench supervision` measure whole decodes.
 
 `few_row_linears(model)` turns a float32 model's `torch.nn.Linear` layers on the CPU into `FewRowLinear` (the same
 module with the same parameters, so weights, ties and state dicts are untouched), which takes that path for up to

@@ -222,17 +222,17 @@ class LocalBackend(BaseBackend):
 
     async def probe(self) -> None:
         if not self.resident or self._closed:
-            await in_thread(self._inflight.executor, self.load)
+            await in_thread(self.executor, self.load)
 
     async def release(self) -> None:
-        await in_thread(self._inflight.executor, self._free, closing=False)
+        await in_thread(self.executor, self._free, closing=False)
 
     def cancel(self) -> None:
         self._inflight.cancel()
 
     async def close(self) -> None:
         self.cancel()
-        await in_thread(self._inflight.executor, self._free, closing=True)
+        await in_thread(self.executor, self._free, closing=True)
 
 
 def check_stop(stop: threading.Event, what: str) -> None:
