@@ -39,6 +39,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "static-rubric": "judges.dynamic:build_static",
         "scalar-rm": "judges.scalar_rm:build",
         "pairwise-judge": "judges.pairwise:build",
+        "rule": "judges.rule:build",
     },
     "judge": {  # a policy benchmark's name -> the class that judges its answers (`judges.policy`)
         "alpaca_eval2": "judges.alpaca:AlpacaJudge",

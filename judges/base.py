@@ -100,8 +100,11 @@ class Evaluator(Protocol):
     """Every setting, defaults included (`structured=True` too, which the canonical spec leaves out): the run's
     manifest records them."""
 
-    async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int) -> SetScores:
-        """Score every response of the set; `seed` drives shuffles and sampling (derived by the caller)."""
+    async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int,
+                        reference: str | None = None) -> SetScores:
+        """Score every response of the set; `seed` drives shuffles and sampling (derived by the caller).
+        `reference` is a known correct answer, passed only for sets that carry one (`harness score`'s
+        `reference` field); an evaluator that needs none ignores it."""
         ...
 
     async def close(self) -> None:

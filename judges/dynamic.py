@@ -197,12 +197,14 @@ class RubricEvaluator:
         self.verify_max_tokens = verify_max_tokens
         self.structured = structured
 
-    async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int) -> SetScores:
-        """Score every response of the set against one generated rubric.
+    async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int,
+                        reference: str | None = None) -> SetScores:
+        """Score every response of the set against one generated rubric (`reference` is not read).
 
         Raises:
             ValueError: when `responses` is empty.
         """
+        del reference
         responses = list(responses)
         if not responses:
             raise ValueError("score_set needs at least one response")

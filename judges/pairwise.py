@@ -231,14 +231,17 @@ class PairwiseJudge:
             constraint=VERDICT_CONSTRAINT if self.structured else None,
         )
 
-    async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int) -> SetScores:
+    async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int,
+                        reference: str | None = None) -> SetScores:
         """Play every ordered pair once (re-asking unparsable answers once) and score the responses.
 
         Args:
             prompt: The user prompt.
             responses: The candidate set; K >= 2 to compare anything.
             seed: Seeds sampling (only matters with `temperature > 0`).
+            reference: Not read (a set's reference answer is for checks that need one: `judges.rule`).
         """
+        del reference
         k = len(responses)
         if k == 0:
             return SetScores(())

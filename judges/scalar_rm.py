@@ -155,14 +155,17 @@ class ScalarRM:
         self.max_length: int = settings["max_length"]
         """The `max_length` setting; the model's context clamps it when the model loads."""
 
-    async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int) -> SetScores:
+    async def score_set(self, prompt: str, responses: Sequence[str], *, seed: int,
+                        reference: str | None = None) -> SetScores:
         """Score every response with the RM; a response that fails gets None and a `StageFailure`.
 
         Args:
             prompt: The user prompt.
             responses: The candidate set (K >= 1).
             seed: Shuffles the other candidates' order in "w/ responses" mode; unused otherwise.
+            reference: Not read (a set's reference answer is for checks that need one: `judges.rule`).
         """
+        del reference
         if not responses:
             return SetScores(())
         k = len(responses)

@@ -29,10 +29,12 @@ class ResponseSet:
     id: str
     prompt: str
     responses: tuple[str, ...]
+    reference: str | None = None
+    """A known correct answer (`rule:math=true` checks against it); evaluators that need none ignore it."""
 
 
 def read_sets_file(path: Path) -> list[ResponseSet]:
-    """Read `{"id", "prompt", "responses": [str, ...]}` lines.
+    """Read `{"id", "prompt", "responses": [str, ...]}` lines, each with an optional `"reference"` answer.
 
     Raises:
         ConfigError: naming the file and line of the first malformed or duplicate record.
@@ -44,15 +46,19 @@ def read_sets_file(path: Path) -> list[ResponseSet]:
             raise ConfigError(f"{where}: 'prompt' must be a non-empty string")
         if not isinstance(responses, list) or not responses or not all(isinstance(r, str) for r in responses):
             raise ConfigError(f"{where}: 'responses' must be a non-empty list of strings")
-        sets.append(ResponseSet(rid, prompt, tuple(responses)))
+        reference = obj.get("reference")
+        if reference is not None and not isinstance(reference, str):
+            raise ConfigError(f"{where}: 'reference' must be a string when given")
+        sets.append(ResponseSet(rid, prompt, tuple(responses), reference))
     return sets
 
 
 def sets_fingerprint(sets: Sequence[ResponseSet]) -> str:
-    """A short hash of every set's id, prompt and responses, in order."""
+    """A short hash of every set's id, prompt, responses and reference (where it has one), in order."""
     digest = hashlib.sha256()
     for s in sets:
-        digest.update(json.dumps([s.id, s.prompt, list(s.responses)], ensure_ascii=False).encode() + b"\n")
+        fields = [s.id, s.prompt, list(s.responses)] + ([s.reference] if s.reference is not None else [])
+        digest.update(json.dumps(fields, ensure_ascii=False).encode() + b"\n")
     return digest.hexdigest()[:16]
 
 
@@ -106,7 +112,9 @@ def make_work(evaluator, *, seed: int):
 
     async def work(item: ResponseSet) -> list[ScoreRecord]:
         set_seed = derive_seed(seed, item.id)
-        result = await evaluator.score_set(item.prompt, item.responses, seed=set_seed)
+        # The reference goes only to sets that carry one: an evaluator written before it existed still scores the rest.
+        extra = {"reference": item.reference} if item.reference is not None else {}
+        result = await evaluator.score_set(item.prompt, item.responses, seed=set_seed, **extra)
         return [ScoreRecord(item.id, evaluator.spec, set_seed, result.scores, result.trace.to_json())]
 
     return work
