@@ -133,7 +133,7 @@ def _callbacks(log: Path, *, evaluate: bool) -> list[Any]:
 
 def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], reward: Any, out: Path, *,
         heldout: list[dict[str, Any]] | None = None, eval_every: int | None = None, rollouts: Any = None,
-        resume: bool = False) -> Fitted:
+        resume: bool = False, seen: list[dict[str, Any]] | None = None) -> Fitted:
     """GRPO on `dataset` with `reward` (a TRL reward function); the model and tokenizer saved into `out`, TRL's log
     lines in `out/train_log.jsonl` (main process).
 
@@ -147,6 +147,7 @@ def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], rewar
         eval_every: See `heldout`.
         rollouts: The rollouts' grammar (`training.rollouts`), or None for free text.
         resume: Resume from the latest complete `checkpoint-N` in `out`, if any (else train from the start).
+        seen: Training rows (split `seen`) evaluated after `heldout` at every evaluation, or None.
 
     Raises:
         ConfigError: when the model cannot be loaded.
@@ -165,7 +166,8 @@ def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], rewar
             keep_until(written, _step_of(checkpoint))
     evaluate = bool(heldout) and eval_every is not None
     trainer = _trainer(model, settings, dataset, reward, out, heldout=heldout if evaluate else None,
-                       eval_every=eval_every if evaluate else None, rollouts=rollouts)
+                       eval_every=eval_every if evaluate else None, rollouts=rollouts,
+                       seen=seen if evaluate else None)
     if checkpoint is not None:
         trainer.args.eval_on_start = False  # the resumed step was evaluated before the interruption
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
@@ -176,8 +178,10 @@ def fit(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], rewar
 
 
 def _trainer(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], reward: Any, out: Path, *,
-             heldout: list[dict[str, Any]] | None, eval_every: int | None, rollouts: Any) -> Any:
-    """`DRGRPOTrainer` of one run (the log written by the main process), evaluating `heldout` when given.
+             heldout: list[dict[str, Any]] | None, eval_every: int | None, rollouts: Any,
+             seen: list[dict[str, Any]] | None = None) -> Any:
+    """`DRGRPOTrainer` of one run (the log written by the main process), evaluating `heldout` (and then `seen`)
+    when given.
 
     Raises:
         ConfigError: when the model cannot be loaded.
@@ -195,13 +199,15 @@ def _trainer(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], 
         return DRGRPOTrainer(model=model_path(model), reward_funcs=[reward], args=args,
                              train_dataset=Dataset.from_list(dataset),
                              eval_dataset=Dataset.from_list(heldout) if heldout else None,
-                             callbacks=_callbacks(out / LOG, evaluate=bool(heldout)), rollout_constraint=rollouts)
+                             callbacks=_callbacks(out / LOG, evaluate=bool(heldout)), rollout_constraint=rollouts,
+                             seen_dataset=Dataset.from_list(seen) if heldout and seen else None)
     except OSError as exc:
         raise ConfigError(f"cannot load the model to train {model!r}: {exc}") from None
 
 
 def evaluate_at(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]], reward: Any, out: Path, *,
-                heldout: list[dict[str, Any]], steps: list[int], eval_every: int, rollouts: Any = None) -> Path:
+                heldout: list[dict[str, Any]], steps: list[int], eval_every: int, rollouts: Any = None,
+                seen: list[dict[str, Any]] | None = None) -> Path:
     """The held-out evaluation of `model`'s weights as they are (no step taken) on the evaluation streams of the
     given steps: at each step TRL's evaluation runs exactly as a run of the same settings evaluates at that step
     (the same rows, order and sampling seeds: `training.trainer`), so the base weights' number sits beside the
@@ -219,7 +225,7 @@ def evaluate_at(model: str, settings: GRPOSettings, dataset: list[dict[str, Any]
     if current().main:
         (out / LOG).unlink(missing_ok=True)
     trainer = _trainer(model, settings, dataset, reward, out, heldout=heldout, eval_every=eval_every,
-                       rollouts=rollouts)
+                       rollouts=rollouts, seen=seen)
     for step in steps:
         trainer.state.global_step = step
         trainer.evaluate()

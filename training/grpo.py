@@ -192,6 +192,9 @@ class DataConfig(BaseModel):
     heldout: int = Field(0, ge=0)
     """The last N rows that pass the rules (after the first `limit`) form the held-out split: never trained on,
     evaluated with `eval_every`."""
+    eval_train: int = Field(0, ge=0)
+    """The first N training rows are also evaluated at every held-out evaluation, the same way (split `seen`: fixed
+    rubrics, per-prompt scores): does the policy climb its own objective on prompts it trains on?"""
     sets: SetSampling | None = None
     """Generator training: the policy whose response sets the rubrics are for."""
 

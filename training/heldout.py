@@ -9,10 +9,14 @@
   the trained run's file), reuse the stored file. Rubrics are made at the first evaluation only (the file is
   written then, empty if none parsed): a prompt whose rubric could not be generated from the base policy's set
   stays unscored at every evaluation, counted (`unscored_parse`), rather than get a rubric from later weights.
-- **Per-prompt scores** (`EvalScores`): each held-out evaluation appends one line per prompt to
-  `OUTPUT/eval_scores.jsonl`: `{"step", "row", "score", "n", "n_unscored"}`, the mean score of the prompt's scored
-  completions (policy: the fixed rubric's score; generator: the rubrics' discriminability reward). Paired statistics
-  over prompts (`training.learning`) read it with `read_eval_scores`.
+- **Per-prompt scores** (`EvalScores`): each evaluation appends one line per prompt to `OUTPUT/eval_scores.jsonl`:
+  `{"step", "split", "row", "score", "n", "n_unscored"}`, the mean score of the prompt's scored completions (policy:
+  the fixed rubric's score; generator: the rubrics' discriminability reward). `split` is `heldout` (never trained
+  on) or `seen` (`data.eval_train`: the first training prompts, evaluated the same way: does the policy climb its own
+  objective?); a line without one is held-out. Paired statistics over prompts (`training.learning`) read one split
+  with `read_eval_scores`.
+
+The fixed rubrics cover both splits: a row's id names it, and a training row's id is never a held-out one's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from judges.rubric import Rubric, RubricItem
 
 RUBRICS = "heldout_rubrics.jsonl"
 SCORES = "eval_scores.jsonl"
+EVAL_SPLITS = ("heldout", "seen")
+"""The dataset `split` values an evaluation reads; `train` is a training batch."""
 
 
 class FixedRubrics:
@@ -131,7 +137,8 @@ class EvalScores:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
 
-    def write(self, step: int, rows: Sequence[str], scores: Sequence[float | None]) -> list[PromptScore]:
+    def write(self, step: int, rows: Sequence[str], scores: Sequence[float | None], *, split: str = "heldout"
+              ) -> list[PromptScore]:
         """One line per distinct row of `rows` (aligned with `scores`, one per completion)."""
         by_row: dict[str, list[float | None]] = {}
         for row, score in zip(rows, scores):
@@ -144,13 +151,14 @@ class EvalScores:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
             for p in found:
-                f.write(json.dumps({"step": p.step, "row": p.row, "score": p.score, "n": p.n,
+                f.write(json.dumps({"step": p.step, "split": split, "row": p.row, "score": p.score, "n": p.n,
                                     "n_unscored": p.n_unscored}) + "\n")
         return found
 
 
-def read_eval_scores(path: Path) -> dict[int, dict[str, float | None]]:
-    """step -> row -> score from an `eval_scores.jsonl` (a later line of the same step and row wins).
+def read_eval_scores(path: Path, *, split: str = "heldout") -> dict[int, dict[str, float | None]]:
+    """step -> row -> score of one split's lines of an `eval_scores.jsonl` (a later line of the same step and row
+    wins).
 
     Raises:
         ConfigError: for a missing file or a malformed line (naming the file and line).
@@ -162,7 +170,8 @@ def read_eval_scores(path: Path) -> dict[int, dict[str, float | None]]:
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         try:
             found = json.loads(line)
-            out.setdefault(int(found["step"]), {})[str(found["row"])] = found["score"]
+            if found.get("split", "heldout") == split:
+                out.setdefault(int(found["step"]), {})[str(found["row"])] = found["score"]
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path}:{n}: not a held-out score line ({exc})") from None
     return out

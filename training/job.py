@@ -138,12 +138,12 @@ def job_settings(kind: Kind, config: TrainConfig, *, parents: Mapping[str, Mappi
                  data: str) -> dict[str, Any]:
     """Everything that changes what a job trains: its kind, its config (less the output dir, the data dir's path
     and the runtime knobs: the backend's options, whose output-changing choices are in the models' identities,
-    `GRPOSettings.RUNTIME`, and `eval_every` and `heldout_rubrics`: the held-out evaluation draws on a random
-    stream of its own and leaves the training unchanged), the identities of its parents and the data's fingerprint."""
+    `GRPOSettings.RUNTIME`, and `eval_every`, `data.eval_train` and `heldout_rubrics`: the evaluation draws on a
+    random stream of its own and leaves the training unchanged), the identities of its parents and the data's fingerprint."""
     values = config.model_dump(mode="json", exclude={
         "output_dir": True, "backend": True, "models": True, "devices": True, "eval_every": True,
         "heldout_rubrics": True,
-        "data": {"data_dir": True}, "grpo": {name: True for name in GRPOSettings.RUNTIME}})
+        "data": {"data_dir": True, "eval_train": True}, "grpo": {name: True for name in GRPOSettings.RUNTIME}})
     identities = {role: parent["identity"] for role, parent in parents.items()}
     return {"kind": kind, **values, "parents": identities, "data_source": data}
 
@@ -195,6 +195,9 @@ def check(kind: Kind, config: TrainConfig) -> tuple[dict[str, str], Any, dict[st
     if config.eval_every is not None and not config.data.heldout:
         raise ConfigError("eval_every: the held-out evaluation needs data.heldout rows (the last N rows that pass "
                           "the rules are held out)")
+    if config.data.eval_train and config.eval_every is None:
+        raise ConfigError("data.eval_train: the training prompts are evaluated beside the held-out split; set "
+                          "eval_every (or --eval-every)")
     grpo_config(config.grpo, Path(config.output_dir), eval_every=config.eval_every)
     model_path(config.model)
     _check_frozen_engines(kind, config, endpoints)
@@ -444,7 +447,9 @@ def dry_run(kind: Kind, config: TrainConfig, *, processes: int | None = None) ->
             *(f"  {role}: {spec}" for role, spec in parents.items() if role != "model"),
             f"reward: {reward}",
             "nectar: " + report.lines()[0], *report.lines()[1:],
-            f"training rows: {len(rows)}, held out: {len(heldout)}",
+            f"training rows: {len(rows)}, held out: {len(heldout)}"
+            + (f", evaluated: the held-out rows and the first {min(config.data.eval_train, len(rows))} training rows"
+               if config.data.eval_train else ""),
             "steps: " + plan_steps(config.grpo, rows=len(rows), processes=world).line(config.grpo)]
 
 
@@ -479,7 +484,7 @@ def _train(job: Job, rows: list, heldout: list, *, resume: bool
             sets_seed = config.grpo.seed if config.data.sets.seed is None else config.data.sets.seed
             sample_sets(rows + heldout, config.data.sets, out / SETS, sets_pool, seed=sets_seed)
         ranks.barrier()  # the other processes wait for the sets, then read them
-    rows, dataset, evaluated, rollouts = _datasets(job, rows, heldout, out / SETS)
+    rows, dataset, evaluated, seen, rollouts = _datasets(job, rows, heldout, out / SETS)
     if job.kind == "policy" and config.heldout_rubrics is not None and ranks.current().main:
         copy_rubrics(Path(config.heldout_rubrics), out)
     ranks.barrier()
@@ -487,7 +492,7 @@ def _train(job: Job, rows: list, heldout: list, *, resume: bool
     reward = make_reward(job.kind, config, pool, heldout_dir=out)
     try:
         fitted = fit(config.model, config.grpo, dataset, reward, out, heldout=evaluated,
-                     eval_every=config.eval_every, rollouts=rollouts, resume=resume)
+                     eval_every=config.eval_every, rollouts=rollouts, resume=resume, seen=seen)
     finally:
         asyncio.run(pool.close())
     return rows, reward.history, list(fitted.weights) if fitted.weights is not None else None, fitted.steps
@@ -510,21 +515,25 @@ def copy_rubrics(source: Path, out: Path) -> None:
     shutil.copyfile(source, target)
 
 
-def _datasets(job: Job, rows: list, heldout: list, sets_file: Path) -> tuple[list, list, list, Any]:
-    """(rows, training dataset, held-out dataset, rollout grammar) of a job; the generator's rows are those whose
-    sets `sets_file` holds."""
+def _datasets(job: Job, rows: list, heldout: list, sets_file: Path) -> tuple[list, list, list, list, Any]:
+    """(rows, training dataset, held-out dataset, the first `data.eval_train` training rows as an evaluation
+    dataset (split `seen`), rollout grammar) of a job; the generator's rows are those whose sets `sets_file`
+    holds."""
     from training.grpo import generator_dataset, policy_dataset, read_sets
     from training.rollouts import rollout_constraint
 
     config = job.config
+    n = config.data.eval_train
     if job.kind != "generator":
-        return rows, policy_dataset(rows), policy_dataset(heldout, split="heldout"), None
+        return (rows, policy_dataset(rows), policy_dataset(heldout, split="heldout"),
+                policy_dataset(rows[:n], split="seen"), None)
     seed = config.grpo.seed
     rows, sets = read_sets(rows, config.data.sets, sets_file)
     heldout, held_sets = read_sets(heldout, config.data.sets, sets_file)
     rollouts = rollout_constraint(config.grpo.max_completion_length) if config.structured else None
     return (rows, generator_dataset(rows, sets, seed=seed),
-            generator_dataset(heldout, held_sets, seed=seed, split="heldout"), rollouts)
+            generator_dataset(heldout, held_sets, seed=seed, split="heldout"),
+            generator_dataset(rows[:n], sets[:n], seed=seed, split="seen"), rollouts)
 
 
 def evaluate_base(job: Job, *, steps: list[int], out: Path, sets_from: Path) -> Path:
@@ -545,7 +554,7 @@ def evaluate_base(job: Job, *, steps: list[int], out: Path, sets_from: Path) -> 
 
     config = job.config
     rows, heldout, _ = read_rows(config.data, job.nectar, policy=job.kind == "policy")
-    rows, dataset, evaluated, rollouts = _datasets(job, rows, heldout, Path(sets_from) / SETS)
+    rows, dataset, evaluated, seen, rollouts = _datasets(job, rows, heldout, Path(sets_from) / SETS)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / SCORES).unlink(missing_ok=True)
@@ -553,7 +562,7 @@ def evaluate_base(job: Job, *, steps: list[int], out: Path, sets_from: Path) -> 
     reward = make_reward(job.kind, config.model_copy(update={"shuffle_rewards": False}), pool, heldout_dir=out)
     try:
         evaluate_at(config.model, config.grpo, dataset, reward, out, heldout=evaluated, steps=steps,
-                    eval_every=config.eval_every or 1, rollouts=rollouts)
+                    eval_every=config.eval_every or 1, rollouts=rollouts, seen=seen)
     finally:
         asyncio.run(pool.close())
     return out / SCORES

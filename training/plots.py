@@ -31,6 +31,7 @@ CURVES: tuple[tuple[str, str], ...] = (
     ("eval_dr/anchor_pair_acc", "held-out anchor pairs in order"),
     ("eval_dr/reward_mean", "held-out reward mean"),
     ("eval_dr/parse_rate", "held-out parse rate"),
+    ("eval_seen/dr/reward_mean", "training prompts' reward mean (evaluated)"),
 )
 """Log key -> panel title, in panel order; a run draws the keys its log has."""
 

@@ -38,13 +38,15 @@ without the other responses, or RaR's static rubric, whose seed is the row's alo
 per prompt and the call cache serves it again every epoch). The reward is the score; GRPO's advantage standardises
 it within its group (`scale_rewards = "group"`, GRPO as Shao et al. define it).
 
-**Held-out calls** (the dataset's `split` column is `heldout`) are grouped by TRL's `num_generations_eval`. Given
-an output dir (`heldout_dir`), the policy's dynamic rubric scores a held-out prompt against one **fixed rubric**,
-generated from the first evaluation's completions and then only verified (`training.heldout.FixedRubrics`), and
-every held-out call of either reward appends its per-prompt mean score to `eval_scores.jsonl`.
+**Evaluation calls** (the dataset's `split` column is `heldout`, or `seen` for the training prompts evaluated the
+same way: `data.eval_train`) are grouped by TRL's `num_generations_eval`. Given an output dir (`heldout_dir`), the
+policy's dynamic rubric scores an evaluated prompt against one **fixed rubric**, generated from the first
+evaluation's completions and then only verified (`training.heldout.FixedRubrics`), and every evaluation call of
+either reward appends its per-prompt mean score, with its split, to `eval_scores.jsonl`. Any other evaluator (a
+scalar RM, a `rule`) scores an evaluated group as it scores a training one.
 
 **Shuffled control** (`ShuffledReward`, `--control shuffled`): any reward, its training batches' values permuted
-within the batch before TRL computes the advantages; held-out calls pass through.
+within the batch before TRL computes the advantages; evaluation calls pass through.
 
 Logged per call (one optimisation step's generation batch, or one held-out batch), through TRL's `log_metric` and
 in `stats`: each reward component's mean and std, the share of completions whose rubric parsed (`parse_rate`: the
@@ -54,8 +56,8 @@ length (characters), the verifier's backend calls, the unscorable completions by
 The generator's reward also logs `anchor_pair_acc`: of the anchor pairs (i better than j by the annotation), the
 share its rubric scores strictly in that order (`anchor_order_accuracy`; a tie is wrong), its mean over the scored
 rubrics, and `gap`: the score gap Δ_gap on the anchor pairs, the mean over the pairs of the better-ranked anchor's
-score minus the worse-ranked one's (`anchor_gap`), its mean over the scored rubrics. A call on held-out rows (the
-dataset's `split` column is `heldout`) goes to `eval_history`, not `history`. `length_corr` (`dr/length_corr`)
+score minus the worse-ranked one's (`anchor_gap`), its mean over the scored rubrics. An evaluation call goes to
+`eval_history`, not `history`. `length_corr` (`dr/length_corr`)
 is the one to watch for a length hack: a reward that pays for length shows as a correlation that rises.
 """
 
@@ -326,17 +328,18 @@ class GeneratorReward:
         verifier = _Counted(self.verifier)
         texts = [completion_text(c) for c in completions]
         # Training batches verify what the objective uses; held-out batches verify both, to report both.
-        heldout = _split(split) == "heldout"
+        where = _split(split)
+        heldout = where != "train"  # an evaluation: the held-out split, or the training prompts (`seen`)
         wanted = {"on_set": heldout or self.objective != "anchor", "on_anchor": heldout or self.objective != "disc"}
         outcomes = await asyncio.gather(*(
             self.score(t, q, r, a, verifier, **wanted) for t, q, r, a in zip(texts, question, responses, anchor)))
         rewards = self.combine(outcomes)
         self.calls.append({"texts": texts, "question": list(question), "responses": [list(r) for r in responses],
                            "anchor": [list(a) for a in anchor], "outcomes": list(outcomes), "rewards": rewards,
-                           "split": _split(split)})
+                           "split": where})
         if heldout and self.eval_scores is not None and row is not None:
             step = trainer_state.global_step if trainer_state is not None else len(self.calls) - 1
-            self.eval_scores.write(step, row, [o.disc for o in outcomes])
+            self.eval_scores.write(step, row, [o.disc for o in outcomes], split=where)
         stats = _stats(rewards, [len(t) for t in texts], self.group_size, verifier.requests, started,
                        [o.size for o in outcomes if o.size], [o.saturated for o in outcomes],
                        [o.failure for o in outcomes])
@@ -345,7 +348,7 @@ class GeneratorReward:
             stats[f"{name}_mean"], stats[f"{name}_std"] = mean, std
         stats["anchor_pair_acc"] = _mean_std([o.anchor_order for o in outcomes])[0]
         stats["gap"] = _mean_std([o.anchor_gap for o in outcomes])[0]
-        (self.eval_history if _split(split) == "heldout" else self.history).append(stats)
+        (self.eval_history if heldout else self.history).append(stats)
         RewardStats({f"dr/{k}": v for k, v in stats.items()}).log(log_metric)
         return rewards
 
@@ -423,7 +426,8 @@ class PolicyReward:
         started = time.perf_counter()
         texts = [strip_thinking(completion_text(c)) for c in completions]
         where = _split(split)
-        g = self.eval_group_size if where == "heldout" else self.group_size
+        evaluating = where != "train"  # the held-out split, or the training prompts evaluated (`seen`)
+        g = self.eval_group_size if evaluating else self.group_size
         starts = range(0, len(texts), g)
         # The group's seed: the run seed, the row, and the step that generated the group (the same on a resumed
         # run; a held-out group is seeded apart from a training group of the same step); the row alone per_row.
@@ -432,17 +436,17 @@ class PolicyReward:
         seeds = [derive_seed(self.seed, *key) if where == "train" else derive_seed(self.seed, key[0], where, *key[1:])
                  for key in keys]
         groups = await asyncio.gather(*(
-            self._group(question[s], texts[s:s + g], row=row[s], seed=seed, step=step, heldout=where == "heldout")
+            self._group(question[s], texts[s:s + g], row=row[s], seed=seed, step=step, heldout=evaluating)
             for s, seed in zip(starts, seeds)))
         rewards: list[float | None] = [score for found in groups for score in found[0]]
         self.calls.append({"texts": texts, "question": list(question), "traces": [found[1] for found in groups],
                            "rewards": rewards, "split": where, "row": list(row), "step": step})
-        if where == "heldout" and self.eval_scores is not None:
-            self.eval_scores.write(step, row, rewards)
+        if evaluating and self.eval_scores is not None:
+            self.eval_scores.write(step, row, rewards, split=where)
         stats = _stats(rewards, [len(t) for t in texts], g, sum(found[5] for found in groups), started,
                        [found[2] for found in groups if found[2]], [found[3] for found in groups],
                        [cause for found in groups for cause in found[4]])
-        (self.eval_history if where == "heldout" else self.history).append(stats)
+        (self.eval_history if evaluating else self.history).append(stats)
         RewardStats({f"dr/{k}": v for k, v in stats.items()}).log(log_metric)
         return rewards
 
@@ -479,7 +483,7 @@ class ShuffledReward:
         from harness.seeds import derive_seed
 
         rewards = await self.reward(*args, split=split, trainer_state=trainer_state, **kwargs)
-        if _split(split) == "heldout":
+        if _split(split) != "train":  # an evaluation is scored as it is
             return rewards
         step = trainer_state.global_step if trainer_state is not None else len(self.permutations)
         order = np.random.default_rng(derive_seed(self.seed, "shuffle", step)).permutation(len(rewards)).tolist()

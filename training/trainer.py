@@ -1,7 +1,7 @@
 """`DRGRPOTrainer`: TRL's `GRPOTrainer` with the generator's rollouts under the rubric grammar and an evaluation
 that draws its samples from a random stream of its own.
 
-Two overrides, nothing else of TRL's changes:
+Three overrides, nothing else of TRL's changes:
 
 - `_generate_single_turn`, TRL's one generation step: on the transformers path with a rollout constraint it runs
   TRL's `model.generate` call (the same prompt ids, padding, generation config, model unwrapping and EOS rule) with
@@ -12,7 +12,9 @@ Two overrides, nothing else of TRL's changes:
   seed, the step and the rank. Its samples depend on the weights and the step only, and the training run's random
   stream is the same with or without evaluation: an evaluated run trains exactly as an unevaluated one, and the base
   weights evaluated at a step's stream (`training.fit.evaluate_at`, a learning comparison's base arm) draw the
-  samples a run of the same seed drew there with its own weights (at step 0, the very same ones).
+  samples a run of the same seed drew there with its own weights (at step 0, the very same ones). With
+  `seen_dataset` (the training prompts evaluated, `data.eval_train`) a second pass follows on a stream of its own
+  (the held-out stream is unchanged by it), its TRL metrics logged as `eval_seen/...` (`log`), not as held-out ones.
 
 This module imports torch and TRL: import it inside functions.
 """
@@ -35,9 +37,14 @@ from harness.seeds import derive_seed
 class DRGRPOTrainer(GRPOTrainer):
     """`trl.GRPOTrainer` plus `rollout_constraint` (None: TRL's generation unchanged); see the module docstring."""
 
-    def __init__(self, *args: Any, rollout_constraint: Constraint | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, rollout_constraint: Constraint | None = None, seen_dataset: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.rollout_constraint = rollout_constraint
+        self.seen_dataset = seen_dataset
+        """The training prompts evaluated after the held-out split at every evaluation (None: none)."""
+        self._pass: str | None = None
+        """`seen` while the training prompts' evaluation runs: its metrics are logged under that name."""
         self._mask: Any = None
         if rollout_constraint is not None and not self.use_vllm:
             self._mask = _token_mask(self.processing_class)
@@ -83,14 +90,36 @@ class DRGRPOTrainer(GRPOTrainer):
             completions.append(row[:end + 1])
         return completions
 
-    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
-        """TRL's evaluation, its samples drawn from a forked random stream seeded by (seed, step, rank)."""
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
+                 ) -> dict[str, float]:
+        """TRL's evaluation, its samples drawn from a forked random stream seeded by (seed, step, rank); then, with
+        `seen_dataset` and no dataset asked for, the training prompts' on a stream of their own."""
+        metrics = self._forked("eval", super().evaluate, eval_dataset, ignore_keys, metric_key_prefix)
+        if self.seen_dataset is not None and eval_dataset is None:
+            self._pass = "seen"
+            try:
+                metrics.update(self._forked("eval-seen", super().evaluate, self.seen_dataset, ignore_keys,
+                                            f"{metric_key_prefix}_seen"))
+            finally:
+                self._pass = None
+        return metrics
+
+    def _forked(self, stream: str, evaluate: Any, *args: Any) -> dict[str, float]:
         device = self.accelerator.device
         devices = [device.index or 0] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(derive_seed(self.args.seed, "eval", self.state.global_step,
+            torch.manual_seed(derive_seed(self.args.seed, stream, self.state.global_step,
                                           self.accelerator.process_index))
-            return super().evaluate(*args, **kwargs)
+            return evaluate(*args)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's log; the training prompts' evaluation pass names its metrics `seen/...` (logged `eval_seen/...`)."""
+        if self._pass is not None and not self.model.training:
+            found = self._metrics["eval"]
+            renamed = {f"{self._pass}/{key}": values for key, values in found.items()}
+            found.clear()
+            found.update(renamed)
+        super().log(logs, start_time)
 
 
 def _token_mask(tokenizer: Any) -> Any:
