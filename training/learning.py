@@ -7,6 +7,9 @@
 - **shuffled** (`--control shuffled`): the same job at the same learning rate with each training batch's rewards
   permuted before the advantages (`training.rewards.ShuffledReward`), into `OUTPUT/seed<S>-shuffled/`: the same
   data, batches and step sizes, no signal from the reward; what it moves by is drift;
+- **lr0** (`--control lr0`, with `shuffled`: `--control shuffled,lr0`): the same job at learning rate 0, into
+  `OUTPUT/seed<S>-lr0/`: the loop runs, the weights never move. Its evaluations must equal the base arm's prompt by
+  prompt (`replay`): the check that the base arm replays what a run that does not update would have measured;
 - **base**: the starting weights evaluated, no step taken, on the evaluation stream of every step the runs
   evaluated (`training.job.evaluate_base`; the same held-out prompts and sampling seeds as the runs' evaluation at
   that step: `training.trainer`), into `OUTPUT/seed<S>-base/`. Not a training run. Step 0's stream is not
@@ -18,15 +21,25 @@ against **fixed rubrics**: one per prompt, generated once from the base policy's
 evaluation) and only verified afterwards; the controls and the base evaluation reuse the trained run's file
 (`heldout_rubrics.jsonl`). The number of completions per held-out prompt is TRL's `num_generations_eval`
 (`grpo.extra`). A generator's held-out score is the mean discriminability reward of its rubrics for the prompt.
+With `data.eval_train: N` the first N training prompts are evaluated the same way (split `seen`), and the same
+paired difference is reported for them (`paired_seen`): whether the policy climbs its own objective on prompts it
+trains on, apart from whether that carries over to prompts it never saw. The verdict reads the held-out split only.
 
 **The rule (pre-registered).** Per seed and held-out prompt `p`: `gain_p = score_p(trained, end) - score_p(base,
 end's stream)`, `gain'_p` the same for the shuffled run, and the paired difference `d_p = gain_p - gain'_p`. The
 job *learned* when, for every trained seed, the 95% paired bootstrap interval of the mean of `d` over the prompts
 (`paired_bootstrap`: prompts resampled with replacement, percentile interval) lies above 0. A prompt unscored in any
 of the four numbers is left out of that seed's pairs and counted (`n_dropped`). Without the shuffled control, or with
-a seed none of whose prompts pairs up, the verdict stays open (`learned` None) and `why` says so. (When the trained
-and shuffled runs end at the same step, as they do, the base terms are the same stream and cancel in `d`; they
-are kept so that `gain` alone reads as the rise over the base weights.)
+a seed none of whose prompts pairs up, or with arms that ran different code (each arm's commit is read from its
+manifest, `code`), the verdict stays open (`learned` None) and `why` says so. (When the trained and shuffled runs
+end at the same step, as they do, the base terms are the same stream and cancel in `d`; they are kept so that
+`gain` alone reads as the rise over the base weights.)
+
+**Power** (`power`): the rule passes a seed when its interval's lower end is above 0, a one-sided test at 2.5%; at a
+true mean difference `delta` a seed passes with probability about `Phi(delta / se - 1.96)`, `se` the standard error
+of its mean `d` (SD over the prompts / sqrt(n)). Per seed the minimum detectable effect at 80% power is
+`(1.96 + 0.84) se`; requiring every seed to pass multiplies the seeds' probabilities, so the all-seeds effect at
+80% (`all_seeds`) is larger: two seeds at 80% each pass together 64% of the time.
 
 `OUTPUT/learning.json` (`summarise`, `write`) holds per arm the held-out curves (mean over prompts, then mean, min and max
 over seeds, at each evaluated step), per seed the mean and interval of `d` (and of each gain), the verdict, each
@@ -49,6 +62,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +74,12 @@ from harness.errors import ConfigError, HarnessError
 from training.grpo import TrainConfig
 
 log = logging.getLogger("harness.train")
-Control = Literal["shuffled"]
-CONTROLS = ("shuffled",)
-ARMS = ("trained", "shuffled", "base")
+Control = Literal["shuffled", "lr0"]
+CONTROLS = ("shuffled", "lr0")
+ARMS = ("trained", "shuffled", "lr0", "base")
 LEVEL = 0.95
+POWER = 0.8
+"""The power the minimum detectable effects are stated at."""
 ROUNDS = 10_000
 """Bootstrap resamples of the prompts."""
 
@@ -72,31 +88,51 @@ ROUNDS = 10_000
 class Run:
     """One training run of a comparison."""
 
-    arm: Literal["trained", "shuffled"]
+    arm: Literal["trained", "shuffled", "lr0"]
     seed: int
     config: TrainConfig
 
 
-def plan_runs(config: TrainConfig, *, seeds: int, control: str | None) -> list[Run]:
-    """Every training run: `trained` per seed, then (`control="shuffled"`) `shuffled` per seed.
+def parse_controls(control: str | None) -> tuple[str, ...]:
+    """`--control shuffled,lr0` as its controls, in `CONTROLS` order.
 
     Raises:
-        ConfigError: for a control other than `shuffled`, or a config that evaluates nothing (no `eval_every` or
-            no `data.heldout`).
+        ConfigError: for a control that is not one of `CONTROLS`, or `lr0` without `shuffled` (the rule needs it).
     """
-    if control is not None and control not in CONTROLS:
-        raise ConfigError(f"--control {control}: expected {' or '.join(CONTROLS)}")
+    if control is None:
+        return ()
+    given = {c.strip() for c in control.split(",") if c.strip()}
+    unknown = sorted(given - set(CONTROLS))
+    if unknown or not given:
+        raise ConfigError(f"--control {control}: expected {', '.join(CONTROLS)} or both, comma-separated")
+    if "shuffled" not in given:
+        raise ConfigError("--control lr0: the rule compares the trained run with the shuffled control; "
+                          "write --control shuffled,lr0")
+    return tuple(c for c in CONTROLS if c in given)
+
+
+def plan_runs(config: TrainConfig, *, seeds: int, control: str | None) -> list[Run]:
+    """Every training run: `trained` per seed, then each control's (`shuffled`, `lr0`) per seed.
+
+    Raises:
+        ConfigError: for an unknown control (`parse_controls`), or a config that evaluates nothing (no
+            `eval_every` or no `data.heldout`).
+    """
+    controls = parse_controls(control)
     if config.eval_every is None or not config.data.heldout:
         raise ConfigError("a learning comparison (--seeds, --control) needs --eval-every K and data.heldout > 0")
     from training.heldout import RUBRICS
 
     out = Path(config.output_dir)
     runs = []
-    for arm in ("trained", "shuffled") if control else ("trained",):
+    for arm in ("trained", *controls):
         for i in range(seeds):
             seed = config.grpo.seed + i
-            grpo = config.grpo.model_copy(update={"seed": seed})
-            rubrics = out / run_name("trained", seed) / RUBRICS if arm == "shuffled" else config.heldout_rubrics
+            update: dict[str, Any] = {"seed": seed}
+            if arm == "lr0":
+                update["learning_rate"] = 0.0
+            grpo = config.grpo.model_copy(update=update)
+            rubrics = out / run_name("trained", seed) / RUBRICS if arm != "trained" else config.heldout_rubrics
             runs.append(Run(arm, seed, config.model_copy(update={  # type: ignore[arg-type]
                 "grpo": grpo, "output_dir": out / run_name(arm, seed), "shuffle_rewards": arm == "shuffled",
                 "heldout_rubrics": rubrics})))
@@ -145,7 +181,7 @@ def compare(kind: str, config: TrainConfig, *, seeds: int, control: str | None, 
                 continue
             memory[where.name] = measured
             say(f"{run.arm} seed {seed}: {where} (peak RSS {memory[where.name]['child']:.0f} MiB)")
-        steps = sorted({step for arm in ("trained", "shuffled") if (arm, seed) in dirs
+        steps = sorted({step for arm in ("trained", *CONTROLS) if (arm, seed) in dirs
                         for step in read_eval_scores(dirs[(arm, seed)] / SCORES)})
         base = out / run_name("base", seed)
         dirs[("base", seed)] = base
@@ -160,6 +196,7 @@ def compare(kind: str, config: TrainConfig, *, seeds: int, control: str | None, 
         else:
             (base / SCORES).unlink(missing_ok=True)
         _copy_step(Path(trained.config.output_dir) / SCORES, base / SCORES, step=0)
+        _write_base_manifest(base, steps)
         say(f"base seed {seed}: {base}, steps {', '.join(map(str, steps))} (step 0: the trained run's)"
             + (f" (peak RSS {memory[base.name]['child']:.0f} MiB)" if later else ""))
     summary = summarise(kind, dirs, learning_rate=config.grpo.learning_rate, memory=_memory(memory),
@@ -177,6 +214,30 @@ def _copy_step(source: Path, target: Path, *, step: int) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("a", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in found))
+
+
+BASE_MANIFEST = "base_manifest.json"
+"""A base arm's record: the steps whose streams it evaluated and the code it ran (`harness.runstore.git_commit`)."""
+
+
+def _write_base_manifest(base: Path, steps: Sequence[int]) -> None:
+    from harness.runstore import git_commit, write_json_atomic
+
+    write_json_atomic(base / BASE_MANIFEST, {"steps": list(steps), "git": git_commit()})
+
+
+def code_version(arm: str, where: Path) -> dict[str, Any] | None:
+    """The code an arm ran: its manifest's `git` (`{"commit", "dirty"}`; a training run's `dr_manifest.json`, the
+    base arm's `base_manifest.json`), or None where it records none (outside a git checkout, or a run from before
+    this was recorded)."""
+    from training.checkpoint import MANIFEST
+
+    try:
+        found = json.loads((Path(where) / (BASE_MANIFEST if arm == "base" else MANIFEST)).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    git = found.get("git") if isinstance(found, dict) else None
+    return git if isinstance(git, dict) and git.get("commit") else None
 
 
 def _rss_mib(field: str = "VmRSS") -> float:
@@ -349,6 +410,34 @@ def summarise(kind: str, dirs: Mapping[tuple[str, int], Path], *, learning_rate:
     from training.plots import read_log, series
 
     scores = {key: read_eval_scores(Path(d) / "eval_scores.jsonl") for key, d in dirs.items()}
+    seen = {key: read_eval_scores(Path(d) / "eval_scores.jsonl", split="seen") for key, d in dirs.items()}
+    seeds = sorted(seed for arm, seed in dirs if arm == "trained")
+    paired = {str(seed): _paired(scores, seed) for seed in seeds}
+    logged: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+    for (arm, seed), d in sorted(dirs.items()):
+        if arm != "base" and (Path(d) / "train_log.jsonl").is_file():
+            lines = read_log(Path(d) / "train_log.jsonl")
+            for name, key in (("length_corr", "dr/length_corr"), ("clipped", "completions/clipped_ratio"),
+                              ("eval_clipped", "eval_completions/clipped_ratio")):
+                _, values = series(lines, key)
+                logged.setdefault(name, {}).setdefault(arm, {})[str(seed)] = {
+                    "mean": float(np.mean(values)) if values else None, "last": values[-1] if values else None,
+                    "steps": len(values)}
+    code = {f"{arm} seed {seed}": code_version(arm, d) for (arm, seed), d in sorted(dirs.items())}
+    summary = {"kind": kind, "title": title, "learning_rate": learning_rate, "rule": RULE,
+               "curves": _curves(scores), "paired": paired, "power": power(paired),
+               "verdict": verdict(paired, code=code), "code": code,
+               "replay": {str(seed): replay(scores, seen, seed) for seed in seeds if ("lr0", seed) in dirs},
+               "length_corr": logged.get("length_corr", {}), "clipped": logged.get("clipped", {}),
+               "eval_clipped": logged.get("eval_clipped", {}), "peak_rss_mib": dict(memory or {})}
+    if any(seen.values()):
+        summary["curves_seen"] = _curves(seen)
+        summary["paired_seen"] = {str(seed): _paired(seen, seed) for seed in seeds}
+    return summary
+
+
+def _curves(scores: Mapping[tuple[str, int], Mapping[int, Mapping[str, float | None]]]) -> dict[str, Any]:
+    """Per arm, the mean score over the prompts at each step, then its mean, min and max over the seeds."""
     curves = {}
     for arm in ARMS:
         by_seed = {seed: {step: _mean(rows.values()) for step, rows in found.items()}
@@ -357,16 +446,54 @@ def summarise(kind: str, dirs: Mapping[tuple[str, int], Path], *, learning_rate:
         by_seed = {seed: steps for seed, steps in by_seed.items() if steps}
         if by_seed:
             curves[arm] = _curve(by_seed)
-    seeds = sorted(seed for arm, seed in dirs if arm == "trained")
-    paired = {str(seed): _paired(scores, seed) for seed in seeds}
-    length = {}
-    for (arm, seed), d in sorted(dirs.items()):
-        if arm != "base" and (Path(d) / "train_log.jsonl").is_file():
-            _, values = series(read_log(Path(d) / "train_log.jsonl"), "dr/length_corr")
-            length.setdefault(arm, {})[str(seed)] = {"mean": float(np.mean(values)) if values else None,
-                                                     "last": values[-1] if values else None, "steps": len(values)}
-    return {"kind": kind, "title": title, "learning_rate": learning_rate, "rule": RULE, "curves": curves,
-            "paired": paired, "verdict": verdict(paired), "length_corr": length, "peak_rss_mib": dict(memory or {})}
+    return curves
+
+
+def replay(scores: Mapping[tuple[str, int], Mapping[int, Mapping[str, float | None]]],
+           seen: Mapping[tuple[str, int], Mapping[int, Mapping[str, float | None]]], seed: int) -> dict[str, Any]:
+    """Whether the lr0 run's evaluations equal the base arm's, prompt by prompt, at every step both evaluated (both
+    splits): `equal` when every shared (step, prompt) score is the same; the count and the largest difference."""
+    pairs = []
+    for split in (scores, seen):
+        lr0, base = split.get(("lr0", seed), {}), split.get(("base", seed), {})
+        for step in sorted(set(lr0) & set(base)):
+            for row in sorted(set(lr0[step]) & set(base[step])):
+                pairs.append((lr0[step][row], base[step][row]))
+    differ = [(a, b) for a, b in pairs if a != b]
+    largest = max((abs(a - b) for a, b in differ if a is not None and b is not None), default=0.0)
+    return {"compared": len(pairs), "differ": len(differ), "max_abs_diff": largest,
+            "equal": bool(pairs) and not differ}
+
+
+def power(paired: Mapping[str, Mapping[str, Any]], *, level: float = LEVEL, target: float = POWER
+          ) -> dict[str, Any]:
+    """The rule's minimum detectable effects at `target` power (module docstring): per seed `(z + z_power) se`,
+    and for all seeds together the effect at which every seed passes with probability `target`."""
+    from statistics import NormalDist
+
+    normal = NormalDist()
+    z, z_power = normal.inv_cdf(1 - (1 - level) / 2), normal.inv_cdf(target)
+    errors = {}
+    for seed, p in paired.items():
+        d = list((p.get("differences") or {}).values())
+        if len(d) > 1:
+            errors[seed] = float(np.std(d, ddof=1)) / math.sqrt(len(d))
+    per_seed = {seed: {"se": se, "mde": (z + z_power) * se} for seed, se in errors.items()}
+    if not errors:
+        return {"target": target, "per_seed": per_seed, "all_seeds": None}
+
+    def passes(delta: float, se: float) -> float:  # one seed's chance to pass at a true mean difference delta
+        return normal.cdf(delta / se - z) if se > 0 else float(delta > 0)
+
+    def together(delta: float) -> float:
+        return math.prod(passes(delta, se) for se in errors.values())
+
+    low, high = 0.0, max(v["mde"] for v in per_seed.values()) * 4 + 1e-12
+    for _ in range(100):  # bisection: `together` rises with delta
+        mid = (low + high) / 2
+        low, high = (mid, high) if together(mid) < target else (low, mid)
+    return {"target": target, "per_seed": per_seed, "all_seeds": high,
+            "per_seed_power_at_all_seeds_mde": {seed: passes(high, se) for seed, se in errors.items()}}
 
 
 RULE = ("learned iff for every trained seed the 95% paired bootstrap interval over held-out prompts of "
@@ -428,16 +555,27 @@ def _interval(values: Sequence[float | None]) -> dict[str, float] | None:
     return {"mean": mean, "low": low, "high": high, "n": len(found)}
 
 
-def verdict(paired: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def verdict(paired: Mapping[str, Mapping[str, Any]], *, code: Mapping[str, Mapping[str, Any] | None] | None = None
+            ) -> dict[str, Any]:
     """`learned`: every trained seed's interval of `d` above 0 (True), one not (False), or open (None, with `why`
-    naming the seeds whose pairs are missing)."""
+    naming the seeds whose pairs are missing, or the arms whose code differs: `code`, arm -> its `code_version`)."""
     if not paired:
         return {"learned": None, "why": "no trained run"}
     open_ = [p["why"] for p in paired.values() if "low" not in p]
+    versions = {json.dumps(v, sort_keys=True) for v in (code or {}).values()}
+    if len(versions) > 1:
+        shown = ", ".join(f"{arm}: {_version(v)}" for arm, v in (code or {}).items())
+        open_.append(f"the arms ran different code ({shown}); rerun them at one commit (--overwrite)")
     if open_:
         return {"learned": None, "why": "; ".join(open_)}
     return {"learned": all(p["low"] > 0 for p in paired.values()),
             "lowest_low": min(p["low"] for p in paired.values())}
+
+
+def _version(git: Mapping[str, Any] | None) -> str:
+    if not git:
+        return "unrecorded"
+    return str(git["commit"])[:12] + (" with local changes" if git.get("dirty") else "")
 
 
 def write(summary: Mapping[str, Any], out: Path) -> tuple[Path, Path | None]:
@@ -458,17 +596,35 @@ def write(summary: Mapping[str, Any], out: Path) -> tuple[Path, Path | None]:
 def lines(summary: Mapping[str, Any]) -> list[str]:
     """The comparison in words, for the terminal and the log."""
     out = []
-    for arm, curve in summary["curves"].items():
-        shown = ", ".join(f"step {t}: {m:.4f} [{lo:.4f}, {hi:.4f}]"
-                          for t, m, lo, hi in zip(curve["steps"], curve["mean"], curve["min"], curve["max"]))
-        out.append(f"held-out score, {arm} (mean [min, max] over seeds {curve['seeds']}): {shown}")
-    for seed, p in summary["paired"].items():
-        if "low" in p:
-            out.append(f"seed {seed}: gain - shuffled gain {p['mean']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}] "
-                       f"over {p['n_prompts']} prompts ({p['n_dropped']} unscored)")
-    for arm, by_seed in summary["length_corr"].items():
-        shown = ", ".join(f"seed {s} {v['mean']:+.3f}" for s, v in by_seed.items() if v["mean"] is not None)
-        out.append(f"dr/length_corr, {arm} (mean over steps): {shown or '-'}")
+    for split, name in (("", "held-out"), ("_seen", "training prompts'")):
+        for arm, curve in summary.get(f"curves{split}", {}).items():
+            shown = ", ".join(f"step {t}: {m:.4f} [{lo:.4f}, {hi:.4f}]"
+                              for t, m, lo, hi in zip(curve["steps"], curve["mean"], curve["min"], curve["max"]))
+            out.append(f"{name} score, {arm} (mean [min, max] over seeds {curve['seeds']}): {shown}")
+        for seed, p in summary.get(f"paired{split}", {}).items():
+            if "low" in p:
+                out.append(f"seed {seed}, {name} prompts: gain - shuffled gain {p['mean']:+.4f} "
+                           f"[{p['low']:+.4f}, {p['high']:+.4f}] over {p['n_prompts']} prompts "
+                           f"({p['n_dropped']} unscored); gain over the base weights {_shown(p.get('gain'))}, "
+                           f"shuffled {_shown(p.get('control_gain'))}")
+    found = summary.get("power", {})
+    if found.get("per_seed"):
+        per = ", ".join(f"seed {s} {v['mde']:.4f}" for s, v in found["per_seed"].items())
+        out.append(f"minimum detectable effect at {found['target']:.0%} power: {per}; every seed passing: "
+                   f"{found['all_seeds']:.4f}")
+    for seed, r in summary.get("replay", {}).items():
+        out.append(f"seed {seed}: lr0 run vs base weights: {r['compared'] - r['differ']} of {r['compared']} "
+                   f"prompt scores equal" + ("" if r["equal"] else f", largest difference {r['max_abs_diff']:.4g}"))
+    for name, title in (("length_corr", "dr/length_corr"), ("clipped", "clipped completions, training"),
+                        ("eval_clipped", "clipped completions, evaluations")):
+        for arm, by_seed in summary.get(name, {}).items():
+            shown = ", ".join(f"seed {s} {v['mean']:+.3f}" if name == "length_corr" else f"seed {s} {v['mean']:.0%}"
+                              for s, v in by_seed.items() if v["mean"] is not None)
+            out.append(f"{title}, {arm} (mean over steps): {shown or '-'}")
+    versions = {_version(v) for v in summary.get("code", {}).values()}
+    if versions:
+        out.append(f"code: {', '.join(sorted(versions))}"
+                   + (" (every arm)" if len(versions) == 1 else " (the arms differ)"))
     rss = summary["peak_rss_mib"]
     if rss.get("runs"):  # none when every run was kept from before
         out.append(f"peak RSS: largest run {rss['largest_run']:.0f} MiB, this process beside it "
@@ -480,3 +636,7 @@ def lines(summary: Mapping[str, Any]) -> list[str]:
     else:
         out.append(f"verdict: {'learned' if v['learned'] else 'NOT learned'} ({summary['rule']})")
     return out
+
+
+def _shown(interval: Mapping[str, float] | None) -> str:
+    return "-" if not interval else f"{interval['mean']:+.4f} [{interval['low']:+.4f}, {interval['high']:+.4f}]"

@@ -319,9 +319,11 @@ class TrainRun:
         "--seeds", min=1, help="Train N seeds (grpo.seed + 0..N-1) into OUTPUT_DIR/seed<S>, each in a process of "
         "its own, and compare their held-out scores (learning.json, learning.png).")] = 1
     control: Annotated[Optional[str], typer.Option(
-        "--control", metavar="shuffled", help="shuffled: also train each seed with each batch's rewards shuffled "
-        "(OUTPUT_DIR/seed<S>-shuffled), evaluate the base weights on every evaluation's stream (seed<S>-base) and "
-        "apply the pre-registered rule (training.learning) to the paired held-out gains.")] = None
+        "--control", metavar="shuffled[,lr0]", help="shuffled: also train each seed with each batch's rewards "
+        "shuffled (OUTPUT_DIR/seed<S>-shuffled), evaluate the base weights on every evaluation's stream "
+        "(seed<S>-base) and apply the pre-registered rule (training.learning) to the paired held-out gains. "
+        "shuffled,lr0: also train each seed at learning rate 0 (seed<S>-lr0), whose scores must equal the base "
+        "weights', prompt by prompt.")] = None
     noise_pilot: Annotated[bool, typer.Option(
         "--noise-pilot", help="generator, policy: train nothing; evaluate the base weights on the held-out "
         "streams of steps 0 and 1 against one set of fixed rubrics and print the spread of the per-prompt "

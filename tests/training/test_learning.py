@@ -374,6 +374,34 @@ def test_the_rule_pairs_each_prompts_gain_against_the_shuffled_controls(tmp_path
     assert v == {"learned": None, "why": "seed 1: no held-out prompt was scored in all of trained, shuffled and base"}
 
 
+def test_power_per_seed_and_for_every_seed_against_the_normal_arithmetic():
+    """The minimum detectable effect at 80% power: per seed (1.96 + 0.8416) SE; every seed passing at once needs
+    each seed at sqrt(0.8) for two seeds of one SE, so the all-seeds effect is (1.96 + z(sqrt 0.8)) SE."""
+    from statistics import NormalDist
+
+    from training.learning import power
+
+    d = [0.1, -0.1, 0.3, -0.3]  # SD sqrt(0.2 / 3), n = 4
+    se = float(np.std(d, ddof=1)) / 2
+    found = power({"0": {"differences": dict(enumerate(d))}, "1": {"differences": dict(enumerate(d))}})
+    z = NormalDist().inv_cdf(0.975)
+    assert found["per_seed"]["0"]["mde"] == pytest.approx((z + NormalDist().inv_cdf(0.8)) * se)
+    assert found["all_seeds"] == pytest.approx((z + NormalDist().inv_cdf(0.8 ** 0.5)) * se, rel=1e-6)
+    assert found["per_seed_power_at_all_seeds_mde"]["1"] == pytest.approx(0.8 ** 0.5)
+    assert power({"0": {"why": "no pairs"}})["all_seeds"] is None
+
+
+def test_the_verdict_stays_open_when_the_arms_ran_different_code():
+    from training.learning import verdict
+
+    paired = {"0": {"low": 0.1}}
+    same = {"trained seed 0": {"commit": "a" * 40, "dirty": False}, "base seed 0": {"commit": "a" * 40, "dirty": False}}
+    assert verdict(paired, code=same)["learned"] is True
+    other = {**same, "shuffled seed 0": {"commit": "b" * 40, "dirty": False}}
+    v = verdict(paired, code=other)
+    assert v["learned"] is None and "the arms ran different code" in v["why"] and "bbbbbbbbbbbb" in v["why"]
+
+
 def _allocate(mib: int, path: str) -> None:
     """Touch `mib` MiB and write this process's id to `path` (a child's target)."""
     import os
@@ -473,6 +501,51 @@ def test_the_learning_command_trains_seeds_and_shuffled_controls_and_draws_the_c
 
 
 @pytest.mark.slow
+def test_a_rule_rewarded_comparison_with_an_lr0_arm_replays_the_base_weights_prompt_by_prompt(
+        tmp_path: Path, tiny_lm: Path, nectar_dir: Path):
+    """The positive control's machinery, scaled down: a `rule` reward (no model call), `--control shuffled,lr0` and
+    `data.eval_train`. The lr0 run trains with its weights unmoved, so its every evaluation (held-out and the
+    training prompts) equals the base arm's on the same stream, prompt by prompt; every arm records the code it ran
+    (one version); the training prompts' pairs, the power and the clipped share are in learning.json."""
+    import yaml
+
+    from training.heldout import read_eval_scores
+
+    config = {"model": f"hf:{tiny_lm}", "output_dir": str(tmp_path / "learn"), "reward": "rule:contains=e",
+              "data": {"limit": 4, "heldout": 2, "eval_train": 2, "policy_rules": {"max_prompt_chars": 300}},
+              "grpo": {"num_generations": 2, "per_device_train_batch_size": 4, "max_completion_length": 8,
+                       "learning_rate": 1e-3, "max_steps": 2, "report_to": [], "extra": {"num_generations_eval": 2}}}
+    path = tmp_path / "learn.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run([sys.executable, "-m", "harness", "train", "policy", "--config", str(path), "--data-dir",
+                           str(nectar_dir), "--eval-every", "1", "--control", "shuffled,lr0"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = tmp_path / "learn"
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["seed0", "seed0-base", "seed0-lr0",
+                                                                   "seed0-shuffled"]
+    for split in ("heldout", "seen"):
+        lr0 = read_eval_scores(out / "seed0-lr0" / "eval_scores.jsonl", split=split)
+        base = read_eval_scores(out / "seed0-base" / "eval_scores.jsonl", split=split)
+        trained = read_eval_scores(out / "seed0" / "eval_scores.jsonl", split=split)
+        assert sorted(lr0) == sorted(base) == sorted(trained) == [0, 1, 2]
+        assert lr0 == base and all(len(rows) == 2 for rows in base.values())
+        assert all(v is not None for rows in lr0.values() for v in rows.values())  # a rule scores every answer
+    manifest = json.loads((out / "seed0-lr0" / "dr_manifest.json").read_text())
+    assert manifest["settings"]["grpo"]["learning_rate"] == 0.0
+    summary = json.loads((out / "learning.json").read_text())
+    assert summary["replay"]["0"]["equal"] is True and summary["replay"]["0"]["compared"] == 12
+    assert len({json.dumps(v, sort_keys=True) for v in summary["code"].values()}) == 1
+    assert sorted(summary["code"]) == ["base seed 0", "lr0 seed 0", "shuffled seed 0", "trained seed 0"]
+    assert summary["paired_seen"]["0"]["n_prompts"] == 2 and "mde" in summary["power"]["per_seed"]["0"]
+    assert summary["clipped"]["trained"]["0"]["steps"] == 2
+    assert set(summary["curves_seen"]) == {"trained", "shuffled", "lr0", "base"}
+    log = [json.loads(line) for line in (out / "seed0" / "train_log.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in log if "eval_seen/dr/reward_mean" in line] == [0, 1, 2]
+    assert "lr0 run vs base weights: 12 of 12 prompt scores equal" in done.stdout
+
+
+@pytest.mark.slow
 def test_the_generators_comparison_scores_each_heldout_row_by_its_rubrics_discriminability(
         tmp_path: Path, taught: Path, nectar_dir: Path):
     """`harness train generator --eval-every 1 --seeds 1 --control shuffled` on the taught tiny model: a row's held-out
@@ -513,9 +586,9 @@ def test_the_generators_comparison_scores_each_heldout_row_by_its_rubrics_discri
     assert "verdict:" in done.stdout
 
 
-def test_control_takes_shuffled_and_nothing_else(tmp_path: Path, nectar_dir: Path):
-    """`--control` names its arm: `shuffled` plans a shuffled run per seed (the dry run lists them); any other value
-    is one error line before anything loads."""
+def test_control_takes_shuffled_and_lr0_and_nothing_else(tmp_path: Path, nectar_dir: Path):
+    """`--control` names its arms: `shuffled` plans a shuffled run per seed, `shuffled,lr0` an lr0 run too (the dry
+    run lists them); lr0 alone, or any other value, is one error line before anything loads."""
     argv = [sys.executable, "-m", "harness", "train", "policy", "--config", "training/configs/policy-cpu-learn.yaml",
             "--data-dir", str(nectar_dir), "--output-dir", str(tmp_path / "out"), "--eval-every", "12", "--dry-run"]
     env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -524,8 +597,14 @@ def test_control_takes_shuffled_and_nothing_else(tmp_path: Path, nectar_dir: Pat
     assert planned.returncode == 0, planned.stderr[-2000:]
     assert (f"shuffled seed 1 -> {tmp_path / 'out' / 'seed1-shuffled'}" in planned.stdout
             and "then the base weights evaluated per seed" in planned.stdout)
+    both = subprocess.run([*argv, "--control", "shuffled,lr0"], capture_output=True, text=True, timeout=300, env=env)
+    assert both.returncode == 0, both.stderr[-2000:]
+    assert f"lr0 seed 0 -> {tmp_path / 'out' / 'seed0-lr0'}" in both.stdout
     refused = subprocess.run([*argv, "--control", "lr0"], capture_output=True, text=True, timeout=300, env=env)
-    assert refused.returncode == 2 and refused.stderr.strip() == "error: --control lr0: expected shuffled"
+    assert refused.returncode == 2 and "write --control shuffled,lr0" in refused.stderr
+    refused = subprocess.run([*argv, "--control", "drift"], capture_output=True, text=True, timeout=300, env=env)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        "error: --control drift: expected shuffled, lr0 or both, comma-separated")
     assert not (tmp_path / "out").exists()
 
 
