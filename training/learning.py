@@ -596,14 +596,15 @@ def write(summary: Mapping[str, Any], out: Path) -> tuple[Path, Path | None]:
 def lines(summary: Mapping[str, Any]) -> list[str]:
     """The comparison in words, for the terminal and the log."""
     out = []
-    for split, name in (("", "held-out"), ("_seen", "training prompts'")):
+    for split, name, prompts in (("", "held-out score", "held-out prompts"),
+                                 ("_seen", "training prompts' score", "training prompts")):
         for arm, curve in summary.get(f"curves{split}", {}).items():
             shown = ", ".join(f"step {t}: {m:.4f} [{lo:.4f}, {hi:.4f}]"
                               for t, m, lo, hi in zip(curve["steps"], curve["mean"], curve["min"], curve["max"]))
-            out.append(f"{name} score, {arm} (mean [min, max] over seeds {curve['seeds']}): {shown}")
+            out.append(f"{name}, {arm} (mean [min, max] over seeds {curve['seeds']}): {shown}")
         for seed, p in summary.get(f"paired{split}", {}).items():
             if "low" in p:
-                out.append(f"seed {seed}, {name} prompts: gain - shuffled gain {p['mean']:+.4f} "
+                out.append(f"seed {seed}, {prompts}: gain - shuffled gain {p['mean']:+.4f} "
                            f"[{p['low']:+.4f}, {p['high']:+.4f}] over {p['n_prompts']} prompts "
                            f"({p['n_dropped']} unscored); gain over the base weights {_shown(p.get('gain'))}, "
                            f"shuffled {_shown(p.get('control_gain'))}")

@@ -769,6 +769,33 @@ def bench_reward(
     typer.echo(format_bench_reward(run_bench_reward(model, options=backend_options(backend)), model=model))
 
 
+@bench_app.command("reward-signal")
+@takes_groups
+def bench_reward_signal(
+    config: Annotated[Path, typer.Option("--config", help="A policy training config (its model, reward and data).")],
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="DATA/nectar/ holds Nectar (else the config's "
+                                                     "data.data_dir, else the Hub).")] = None,
+    prompts: Annotated[int, typer.Option("--prompts", min=1, help="The first N training prompts.")] = 8,
+    k: Annotated[int, typer.Option("--k", min=2, help="Completions per prompt (the config's group).")] = 8,
+    anchors: Annotated[int, typer.Option("--anchors", min=2, help="Nectar's top-ranked responses scored per "
+                                         "prompt for the pair accuracy.")] = 4,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the sampling and the rubrics.")] = 0,
+    *,
+    backend: Backend,
+) -> None:
+    """Before any DR training: the reward's signal on a policy config's prompts (zero-spread share, distinct scores
+    per group, Spearman between two independently generated rubrics, verifier yes-rate, pair accuracy against
+    Nectar's ranks, clipped share) and a go / no-go line against thresholds fixed in the code. Exit 0 for go, 1
+    for no-go, 2 for bad input."""
+    from harness.commands.bench_signal import format_signal, run_reward_signal
+    from harness.commands.setup import backend_options
+
+    signal = run_reward_signal(config, data_dir=data_dir, prompts=prompts, k=k, anchors=anchors,
+                               options=backend_options(backend), seed=seed)
+    typer.echo(format_signal(signal, config=config, k=k))
+    raise typer.Exit(0 if signal.go else 1)
+
+
 @bench_app.command("structured")
 @takes_groups
 def bench_structured(
