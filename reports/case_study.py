@@ -1,27 +1,24 @@
 """Table 9, the case study: one item scored by each generator row (the paper's G0 and G2), read from the run's
 records (no model calls).
 
-The paper's protocol: each generator writes one rubric for the item, and its nDCG and Acc. are the means over 5
-seeds, each seed shuffling the order of the rubric's items. Here the rubric is repeat 0's (the table runs one
-repeat unless `--seeds` says more), and each row's `ORDER_SEEDS` item orders are drawn from
-`derive_seed(record seed, "rubric_order", s)`. Under `per_item` verification (the paper's, the rows' default) and
-`logprob`, each verdict is asked about one item alone, so an item's position in the rubric cannot change it:
-every order's verdicts are repeat 0's, permuted, and are computed here rather than asked again (asking would send
-the very requests the call cache already holds). The sums, and so nDCG and Acc., then come out the same under
-every order; the orders are listed so that this shows. Under `batched` verification (our addition: one answer
-sheet per response, the items in rubric order) the order can change the verdicts, and re-verifying in other
-orders takes model calls, which a report never makes: such a row reports its rubric's own order only, and says so.
+The paper's protocol: five independently generated rubric sets, each with its items in a shuffled order; nDCG and
+Acc. are means over the five. Here each repeat of the run is one rubric (the table runs 5 repeats: `--seeds K`
+changes it): the repeat's seed, `derive_seed(run seed, benchmark, item, repeat)`, seeds the generator's sampling
+and the order it sees the candidates in, so the five requests differ and none is a cache hit of another. Each
+rubric's items are listed in an order shuffled by `derive_seed(record seed, "rubric_order")`. Under `per_item`
+verification (the paper's, the rows' default) and `logprob`, each verdict is asked about one item alone, so its
+position cannot change it: the verdicts move with their items and the sums stay the rubric's. Under `batched`
+verification (our addition: one answer sheet per response, the items in rubric order) the order can change the
+verdicts, and re-verifying in another order takes model calls, which a report never makes: such a row lists each
+rubric in the order its verifier read it, and says so.
 
-Per row: the rubric (criteria and weights), its verdict matrix over the responses, the raw weighted sums
-`sum_m w_m v_m(y)` and the scores (the sums over the total weight), each order's sums, nDCG and Acc., and their
-means beside the paper's (`reports.paper.TABLE9`). The responses are listed in gold order: a pair as preferred
-then other, a list by its gold rank. Acc. is strict (a pair's preferred response scores higher; a list's
-gold-best has the unique top score) and nDCG is the benchmark's (relevance K - rank, tied scores averaged: a tied
-pair gives 0.8155); a rubric left unscored counts 0 for both under every order, each counted failed.
-
-Ours beyond the paper: with `--seeds K > 1`, each further repeat is a new rubric, the candidates shown to the
-generator in the repeat's shuffled order (Table 1's AVG@k protocol); they are listed as rubric samples with their
-mean nDCG and Acc. (`resampled`), apart from the paper's numbers.
+Per row and rubric: the criteria and weights, the verdict matrix over the responses, the raw weighted sums
+`sum_m w_m v_m(y)` and the scores (the sums over the total weight), Acc. and nDCG; per row their means and standard
+deviations over the rubrics beside the paper's (`reports.paper.TABLE9`, whose sums are its seed-0 rubric's: ours
+are rubric 0's). The responses are listed in gold order: a pair as preferred then other, a list by its gold rank.
+Acc. is strict (a pair's preferred response scores higher; a list's gold-best has the unique top score) and nDCG is
+the benchmark's (relevance K - rank, tied scores averaged: a tied pair gives 0.8155); a rubric left unscored counts
+0 for both and is counted failed.
 """
 
 from __future__ import annotations
@@ -41,17 +38,17 @@ from harness.runstore import write_json_atomic, write_text_atomic
 from harness.seeds import derive_seed
 from reports.tables import TableSpec
 
-ORDER_SEEDS = 5
-"""Seeds of the rubric's item order per row, as the paper's case study averages over."""
+RUBRICS = 5
+"""Independently generated rubrics per row, as the paper's case study averages over (the table's default seeds)."""
 ORDER_FREE_MODES = ("per_item", "logprob")
 """Verification modes whose verdicts do not depend on the order of the rubric's items (one item per question)."""
 DESCRIPTION = (
-    "One rubric per generator (repeat 0); nDCG and Acc. are means over its items shuffled into 5 orders, as the "
-    "paper's case study. Verified item by item (per_item, logprob), a verdict cannot depend on where its item "
-    "sits, so every order gives the rubric's own sums; a batched verifier's row reports its rubric's order only. "
-    "Acc. is strict (a tie is wrong), nDCG the benchmark's (relevance K - rank, tied scores averaged: a tied pair "
-    "gives 0.8155); an unscored rubric counts 0 under every order and is counted failed. Further repeats (--seeds) "
-    "are new rubrics, listed as samples of ours."
+    "Five rubrics per generator, each generated independently (one per repeat: its own seed and candidate order) "
+    "and listed with its items in a seeded shuffled order, as the paper's case study; nDCG and Acc. are means (and "
+    "standard deviations) over the rubrics. Verified item by item (per_item, logprob), a verdict cannot depend on "
+    "where its item sits; a batched verifier's rubric is listed in the order it read. Acc. is strict (a tie is "
+    "wrong), nDCG the benchmark's (relevance K - rank, tied scores averaged: a tied pair gives 0.8155); an unscored "
+    "rubric counts 0 and is counted failed. Raw weighted sums are rubric 0's."
 )
 
 
@@ -82,14 +79,11 @@ def weighted_sums(trace: Mapping[str, Any]) -> list[float | None]:
     return sums
 
 
-def rubric_orders(n_items: int, seed: int, *, n: int = ORDER_SEEDS) -> list[list[int]]:
-    """`n` orders of a rubric's items (indices), each shuffled by `derive_seed(seed, "rubric_order", s)`."""
-    orders = []
-    for s in range(n):
-        order = list(range(n_items))
-        random.Random(derive_seed(seed, "rubric_order", s)).shuffle(order)
-        orders.append(order)
-    return orders
+def item_order(n_items: int, seed: int) -> list[int]:
+    """A rubric's items (indices) in the order shuffled by `derive_seed(seed, "rubric_order")`."""
+    order = list(range(n_items))
+    random.Random(derive_seed(seed, "rubric_order")).shuffle(order)
+    return order
 
 
 def verify_mode(spec: str) -> str:
@@ -97,32 +91,6 @@ def verify_mode(spec: str) -> str:
     from judges.base import parse_evaluator_spec
 
     return parse_evaluator_spec(spec)[1].get("mode", "per_item")
-
-
-def _ranked(scores: Sequence[float | None], record: EvalRecord) -> tuple[float, float, bool]:
-    if any(s is None for s in scores):
-        return 0.0, 0.0, True
-    values = np.asarray(scores, dtype=float)
-    gold = _gold_ranks(record)
-    return float(metrics.top1_correct(values, gold)), metrics.list_ndcg(values, gold), False
-
-
-def order_outcomes(record: EvalRecord, order_free: bool) -> list[dict[str, Any]] | None:
-    """The rubric of `record` under each of its `rubric_orders`: the order (items numbered from 1), the sums and
-    scores (response order) and Acc., nDCG and failed, the verdicts permuted with their items (see the module
-    docstring); None where the order can change the verdicts (`order_free` False) and a rubric came back."""
-    rubric, verdicts = record.trace.get("rubric") or [], record.trace.get("verdicts") or []
-    if rubric and not order_free:
-        return None
-    total = sum(item["weight"] for item in rubric)
-    out = []
-    for s, order in enumerate(rubric_orders(len(rubric), record.seed)):
-        sums = weighted_sums({"rubric": [rubric[i] for i in order], "verdicts": [verdicts[i] for i in order]})
-        scores = [None if x is None else x / total for x in sums] if sums else [None] * len(record.scores)
-        acc, ndcg, failed = _ranked(scores, record)
-        out.append({"seed": derive_seed(record.seed, "rubric_order", s), "order": [i + 1 for i in order],
-                    "sums": sums or None, "scores": scores, "acc": acc, "ndcg": ndcg, "failed": failed})
-    return out
 
 
 def outcome(record: EvalRecord) -> tuple[float, float, bool]:
@@ -135,59 +103,63 @@ def outcome(record: EvalRecord) -> tuple[float, float, bool]:
     return float(metrics.top1_correct(scores, gold)), metrics.list_ndcg(scores, gold), False
 
 
+def rubric_case(record: EvalRecord, *, shuffled: bool) -> dict[str, Any]:
+    """One rubric of a row: its repeat and seed, its items (`shuffled`: in `item_order`, else as generated and
+    verified; `items` numbers each as generated, from 1), its verdicts, sums and scores in gold response order,
+    Acc., nDCG and failed."""
+    trace = record.trace
+    rubric, verdicts = trace.get("rubric") or [], trace.get("verdicts") or []
+    order = item_order(len(rubric), record.seed) if shuffled else list(range(len(rubric)))
+    gold = gold_order(record)
+    sums = weighted_sums(trace)
+    acc, ndcg, failed = outcome(record)
+    return {"repeat": record.repeat, "seed": record.seed, "shuffled": shuffled,
+            "items": [i + 1 for i in order],
+            "rubric": [rubric[i] for i in order] if rubric else None,
+            "verdicts": [[verdicts[i][j] for j in gold] if verdicts else [None] * len(gold) for i in order],
+            "sums": [sums[j] for j in gold] if sums else None,
+            "total_weight": sum(item["weight"] for item in rubric),
+            "scores": [record.scores[j] for j in gold],
+            "failures": trace.get("failures") or [],
+            "acc": acc, "ndcg": ndcg, "failed": failed}
+
+
+def _sd(values: Sequence[float]) -> float | None:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else None
+
+
 def case_results(records: Sequence[EvalRecord], rows: Mapping[str, str]) -> dict[str, Any]:
-    """Per row label: the item, repeat 0's rubric, verdicts (in gold order), sums and scores; per rubric order and
-    on average (`acc`, `ndcg`: the paper's numbers) Acc. and nDCG; and per repeat and on average over the
-    repeats (`resampled`, None for one repeat)."""
+    """Per row label: the item, each repeat's rubric (`rubrics`: items, verdicts and sums in gold order, Acc. and
+    nDCG), rubric 0's sums and scores, and the means (`acc`, `ndcg`: the paper's numbers) and standard deviations
+    (`acc_sd`, `ndcg_sd`; None for one rubric) over the rubrics."""
     out: dict[str, Any] = {}
     for label, spec in rows.items():
         mine = sorted((r for r in records if r.evaluator == spec), key=lambda r: r.repeat)
         if not mine:
-            out[label] = {"evaluator": spec, "repeats": []}
+            out[label] = {"evaluator": spec, "rubrics": []}
             continue
         first = mine[0]
-        order = gold_order(first)
-        trace = first.trace
-        sums = weighted_sums(trace)
-        verdicts = trace.get("verdicts") or []
-        repeats = []
-        for r in mine:
-            acc, ndcg, failed = outcome(r)
-            r_sums = weighted_sums(r.trace)
-            repeats.append({"repeat": r.repeat, "seed": r.seed, "acc": acc, "ndcg": ndcg, "failed": failed,
-                            "sums": [r_sums[j] for j in order] if r_sums else None,
-                            "scores": [r.scores[j] for j in order]})
         mode = verify_mode(spec)
-        orders = order_outcomes(first, mode in ORDER_FREE_MODES)
-        for o in orders or ():  # in gold order, as everything shown
-            o["sums"] = [o["sums"][j] for j in order] if o["sums"] else None
-            o["scores"] = [o["scores"][j] for j in order]
-        counted = orders if orders is not None else repeats[:1]
+        rubrics = [rubric_case(r, shuffled=mode in ORDER_FREE_MODES) for r in mine]
         out[label] = {
             "evaluator": spec,
             "benchmark": first.benchmark,
             "item": first.item,
             "kind": first.kind,
-            "order": order,
-            "rubric": trace.get("rubric"),
-            "verdicts": [[row[j] for j in order] for row in verdicts],
-            "sums": [sums[j] for j in order] if sums else None,
-            "total_weight": sum(i["weight"] for i in trace.get("rubric") or []),
-            "scores": [first.scores[j] for j in order],
-            "failures": trace.get("failures") or [],
+            "order": gold_order(first),
             "verify_mode": mode,
-            "orders": orders,
-            "orders_note": None if orders is not None else (
-                f"mode={mode}: the verifier read the items in one sheet in the rubric's order, and other orders "
-                "would need it again (a report makes no model calls): Acc. and nDCG are of the rubric's own order"),
-            "acc": float(np.mean([x["acc"] for x in counted])),
-            "ndcg": float(np.mean([x["ndcg"] for x in counted])),
-            "n_failed": sum(x["failed"] for x in counted),
-            "repeats": repeats,
-            "resampled": None if len(repeats) < 2 else {
-                "acc": float(np.mean([x["acc"] for x in repeats])),
-                "ndcg": float(np.mean([x["ndcg"] for x in repeats])),
-                "n_failed": sum(x["failed"] for x in repeats)},
+            "order_note": None if mode in ORDER_FREE_MODES else (
+                f"mode={mode}: the verifier read each rubric's items in one sheet in the order generated, and "
+                "another order would need it again (a report makes no model calls): the rubrics are listed as read"),
+            "rubrics": rubrics,
+            "sums": rubrics[0]["sums"],
+            "scores": rubrics[0]["scores"],
+            "total_weight": rubrics[0]["total_weight"],
+            "acc": float(np.mean([x["acc"] for x in rubrics])),
+            "ndcg": float(np.mean([x["ndcg"] for x in rubrics])),
+            "acc_sd": _sd([x["acc"] for x in rubrics]),
+            "ndcg_sd": _sd([x["ndcg"] for x in rubrics]),
+            "n_failed": sum(x["failed"] for x in rubrics),
         }
     return out
 
@@ -196,6 +168,10 @@ def _num(value: float | None) -> str:
     if value is None:
         return "-"
     return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
+
+
+def _sd_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _verdict(value: float | None) -> str:
@@ -215,28 +191,44 @@ def _summary(spec: TableSpec, cases: Mapping[str, Any]) -> list[list[str]]:
     lines = []
     for row in spec.rows:
         case = cases.get(row.label) or {}
-        if case.get("repeats"):
+        if case.get("rubrics"):
             sums = "/".join(_num(x) for x in case["sums"]) if case["sums"] else "-"
-            counted = len(case["orders"]) if case["orders"] is not None else 1
-            lines.append([row.label, sums, f"{case['ndcg']:.4f}", f"{case['acc']:.2f}",
-                          f"{counted} ({case['n_failed']} failed)"])
+            lines.append([row.label, sums, f"{case['ndcg']:.4f}", _sd_text(case["ndcg_sd"]), f"{case['acc']:.2f}",
+                          _sd_text(case["acc_sd"]), f"{len(case['rubrics'])} ({case['n_failed']} failed)"])
         else:
-            lines.append([row.label, "-", "-", "-", "0"])
+            lines.append([row.label, "-", "-", "-", "-", "-", "0"])
         paper = spec.paper.get(row.paper) if row.paper else None
         if paper:
-            lines.append(["*paper*", "/".join(_num(x) for x in paper["sums"]), f"{paper['ndcg']:.4f}",
-                          f"{paper['acc']:.2f}", "5"])
+            lines.append(["*paper*", "/".join(_num(x) for x in paper["sums"]), f"{paper['ndcg']:.4f}", "-",
+                          f"{paper['acc']:.2f}", "-", str(RUBRICS)])
         else:
-            lines.append(["*paper*", "-", "-", "-", "-"])
+            lines.append(["*paper*", "-", "-", "-", "-", "-", "-"])
     return lines
 
 
-_HEAD = ["Generator", "Raw weighted sums", "nDCG (mean over rubric orders)", "Acc. (mean over rubric orders)",
-         "Rubric orders"]
+_HEAD = ["Generator", "Raw weighted sums (rubric 0)", "nDCG (mean over rubrics)", "nDCG sd",
+         "Acc. (mean over rubrics)", "Acc. sd", "Rubrics"]
+
+
+def _rubric_lines(rubric: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    """One rubric as a Markdown table: its items in the order listed (numbered as generated), verdicts, sums."""
+    if not rubric["rubric"]:
+        why = "; ".join(f"{f['stage']}: {f.get('message', f.get('category'))}" for f in rubric["failures"])
+        return [f"No rubric: {why or 'none recorded'}"]
+    head = ["#", "Criterion", "Weight", *names]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for number, item, verdicts in zip(rubric["items"], rubric["rubric"], rubric["verdicts"]):
+        criterion = item["criterion"].replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {number} | {criterion} | {item['weight']} | " + " | ".join(map(_verdict, verdicts)) + " |")
+    sums = rubric["sums"] or [None] * len(names)
+    lines.append("|  | Weighted sum |  | " + " | ".join(map(_num, sums)) + " |")
+    lines.append(f"|  | Score (sum / {rubric['total_weight']}) |  | "
+                 + " | ".join("-" if s is None else f"{s:.3f}" for s in rubric["scores"]) + " |")
+    return lines
 
 
 def render_markdown(spec: TableSpec, cases: Mapping[str, Any], notes: Sequence[str]) -> str:
-    some = next((c for c in cases.values() if c.get("repeats")), None)
+    some = next((c for c in cases.values() if c.get("rubrics")), None)
     lines = [f"### {spec.title}", ""]
     if some:
         lines += [f"Item `{some['item']}` of {some['benchmark']} ({some['kind']}); responses in gold order: "
@@ -245,40 +237,22 @@ def render_markdown(spec: TableSpec, cases: Mapping[str, Any], notes: Sequence[s
     lines += ["| " + " | ".join(line) + " |" for line in _summary(spec, cases)]
     for row in spec.rows:
         case = cases.get(row.label) or {}
-        if not case.get("repeats"):
+        if not case.get("rubrics"):
             continue
         names = _names(case)
-        first = case["repeats"][0]
-        lines += ["", f"#### {row.label}: the rubric of repeat 0 (seed {first['seed']})", ""]
-        if not case["rubric"]:
-            why = "; ".join(f"{f['stage']}: {f.get('message', f.get('category'))}" for f in case["failures"])
-            lines.append(f"No rubric: {why or 'none recorded'}")
-            continue
-        head = ["#", "Criterion", "Weight", *names]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for m, (item, verdicts) in enumerate(zip(case["rubric"], case["verdicts"]), 1):
-            criterion = item["criterion"].replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {m} | {criterion} | {item['weight']} | " + " | ".join(map(_verdict, verdicts)) + " |")
-        sums = case["sums"] or [None] * len(names)
-        lines.append("|  | Weighted sum |  | " + " | ".join(map(_num, sums)) + " |")
-        lines.append(f"|  | Score (sum / {case['total_weight']}) |  | "
-                     + " | ".join("-" if s is None else f"{s:.3f}" for s in case["scores"]) + " |")
-        if case["orders"] is None:
-            lines += ["", f"Rubric orders: {case['orders_note']}."]
-        else:
-            lines += ["", "| Order | Seed | Items in order | Weighted sums | Acc. | nDCG |", "|---|---|---|---|---|---|"]
-            for s, o in enumerate(case["orders"]):
-                shown = "/".join(map(_num, o["sums"])) if o["sums"] else "unscored"
-                lines.append(f"| {s} | {o['seed']} | {', '.join(map(str, o['order'])) or '-'} | {shown} | "
-                             f"{o['acc']:.0f} | {o['ndcg']:.4f} |")
-        if case["resampled"]:
-            again = case["resampled"]
-            lines += ["", f"Rubric samples (ours, not the paper's protocol): each repeat a new rubric; mean nDCG "
-                      f"{again['ndcg']:.4f}, Acc. {again['acc']:.2f} over {len(case['repeats'])} ({again['n_failed']} "
-                      "failed).", "", "| Repeat | Seed | Weighted sums | Acc. | nDCG |", "|---|---|---|---|---|"]
-            for r in case["repeats"]:
-                shown = "/".join(map(_num, r["sums"])) if r["sums"] else "unscored"
-                lines.append(f"| {r['repeat']} | {r['seed']} | {shown} | {r['acc']:.0f} | {r['ndcg']:.4f} |")
+        lines += ["", f"#### {row.label}: {len(case['rubrics'])} rubrics", "",
+                  "| Rubric | Repeat | Seed | Items in order | Weighted sums | Acc. | nDCG |",
+                  "|---|---|---|---|---|---|---|"]
+        for n, r in enumerate(case["rubrics"]):
+            shown = "/".join(map(_num, r["sums"])) if r["sums"] else "unscored"
+            lines.append(f"| {n} | {r['repeat']} | {r['seed']} | {', '.join(map(str, r['items'])) or '-'} | {shown} | "
+                         f"{r['acc']:.0f} | {r['ndcg']:.4f} |")
+        if case["order_note"]:
+            lines += ["", f"Item order: {case['order_note']}."]
+        for n, r in enumerate(case["rubrics"]):
+            listed = "items in a shuffled order" if r["shuffled"] else "items as verified"
+            lines += ["", f"##### {row.label}, rubric {n} (repeat {r['repeat']}, seed {r['seed']}; {listed})", ""]
+            lines += _rubric_lines(r, names)
     lines += ["", DESCRIPTION, ""]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"
@@ -292,7 +266,7 @@ def _tex(text: str) -> str:
 
 
 def render_latex(spec: TableSpec, cases: Mapping[str, Any]) -> str:
-    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{_tex(spec.title)}}}", r"\begin{tabular}{lcccc}",
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{_tex(spec.title)}}}", r"\begin{tabular}{lcccccc}",
              r"\toprule", " & ".join(_tex(h) for h in _HEAD) + r" \\", r"\midrule"]
     for line in _summary(spec, cases):
         first = r"\quad\textit{paper}" if line[0] == "*paper*" else _tex(line[0])
@@ -300,44 +274,45 @@ def render_latex(spec: TableSpec, cases: Mapping[str, Any]) -> str:
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     for row in spec.rows:
         case = cases.get(row.label) or {}
-        if not case.get("rubric"):
-            continue
-        names = _names(case)
-        lines += ["", r"\begin{table}[t]", r"\centering", rf"\caption{{{_tex(row.label)}: the rubric of repeat 0}}",
-                  rf"\begin{{tabular}}{{rp{{0.5\linewidth}}c{'c' * len(names)}}}", r"\toprule",
-                  " & ".join(["\\#", "Criterion", "Weight", *names]) + r" \\", r"\midrule"]
-        for m, (item, verdicts) in enumerate(zip(case["rubric"], case["verdicts"]), 1):
-            lines.append(f"{m} & {_tex(item['criterion'])} & {item['weight']} & "
-                         + " & ".join(map(_verdict, verdicts)) + r" \\")
-        sums = case["sums"] or [None] * len(names)
-        lines += [r"\midrule", " & Weighted sum & & " + " & ".join(map(_num, sums)) + r" \\",
-                  r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+        names = _names(case) if case.get("rubrics") else []
+        for n, r in enumerate(case.get("rubrics") or []):
+            if not r["rubric"]:
+                continue
+            lines += ["", r"\begin{table}[t]", r"\centering",
+                      rf"\caption{{{_tex(row.label)}: rubric {n} (repeat {r['repeat']})}}",
+                      rf"\begin{{tabular}}{{rp{{0.5\linewidth}}c{'c' * len(names)}}}", r"\toprule",
+                      " & ".join(["\\#", "Criterion", "Weight", *names]) + r" \\", r"\midrule"]
+            for number, item, verdicts in zip(r["items"], r["rubric"], r["verdicts"]):
+                lines.append(f"{number} & {_tex(item['criterion'])} & {item['weight']} & "
+                             + " & ".join(map(_verdict, verdicts)) + r" \\")
+            sums = r["sums"] or [None] * len(names)
+            lines += [r"\midrule", " & Weighted sum & & " + " & ".join(map(_num, sums)) + r" \\",
+                      r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 
 def render_csv(spec: TableSpec, cases: Mapping[str, Any]) -> str:
-    """Per row: a line per rubric order (`line` = `order`, `index` its number, `items` the order), the mean over
-    them (`line` = `mean`) with the paper's values, and a line per repeat (`line` = `repeat`: each a rubric sample,
-    ours). Sums and scores in gold order, joined by `/`."""
+    """Per row: a line per rubric (`line` = `rubric`, `index` its repeat, `items` its items in the order listed,
+    numbered as generated), then the mean over them (`line` = `mean`, with the standard deviations) with the
+    paper's values. Sums and scores in gold order, joined by `/`."""
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["row", "evaluator", "benchmark", "item", "line", "index", "seed", "items", "weighted_sums",
-                     "scores", "acc", "ndcg", "paper_sums", "paper_acc", "paper_ndcg"])
+                     "scores", "acc", "ndcg", "acc_sd", "ndcg_sd", "paper_sums", "paper_acc", "paper_ndcg"])
     for row in spec.rows:
         case = cases.get(row.label) or {}
-        if not case.get("repeats"):
+        if not case.get("rubrics"):
             continue
         paper = (spec.paper.get(row.paper) if row.paper else None) or {}
         head = [row.label, case["evaluator"], case["benchmark"], case["item"]]
-        for s, o in enumerate(case["orders"] or []):
-            writer.writerow([*head, "order", s, o["seed"], "/".join(map(str, o["order"])),
-                             "/".join(map(_num, o["sums"])) if o["sums"] else "", "/".join(map(str, o["scores"])),
-                             o["acc"], o["ndcg"], "", "", ""])
+        for r in case["rubrics"]:
+            writer.writerow([*head, "rubric", r["repeat"], r["seed"], "/".join(map(str, r["items"])),
+                             "/".join(map(_num, r["sums"])) if r["sums"] else "", "/".join(map(str, r["scores"])),
+                             r["acc"], r["ndcg"], "", "", "", "", ""])
         writer.writerow([*head, "mean", "", "", "", "", "", case["acc"], case["ndcg"],
+                         "" if case["acc_sd"] is None else case["acc_sd"],
+                         "" if case["ndcg_sd"] is None else case["ndcg_sd"],
                          "/".join(map(_num, paper.get("sums", ()))), paper.get("acc"), paper.get("ndcg")])
-        for r in case["repeats"]:
-            writer.writerow([*head, "repeat", r["repeat"], r["seed"], "", "/".join(map(_num, r["sums"]))
-                             if r["sums"] else "", "/".join(map(str, r["scores"])), r["acc"], r["ndcg"], "", "", ""])
     return buf.getvalue()
 
 

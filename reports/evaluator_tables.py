@@ -10,9 +10,9 @@ runner, call cache, run store, resume, `report`, `--explain` and `compare`.
   Llama-3.1-8B-Instruct are our choice of Qwen3 sizes (the paper's are not in our sources).
 - **table7**: native (zero-shot rubric generator) and DR-Generator rows per backbone, printed with the benchmarks
   as lines and (backbone, variant) as columns.
-- **table9**: one item (`--item BENCH:ID`), the G0 and G2 generators: one rubric each (one repeat by default),
-  its verdicts and raw weighted sums, and nDCG and Acc. over 5 seeded orders of its items, as the paper shuffles
-  the rubric order (`reports.case_study`).
+- **table9**: one item (`--item BENCH:ID`), the G0 and G2 generators: five independently generated rubrics each
+  (one per repeat, each with its items in a seeded shuffled order, as the paper's protocol), their verdicts and raw
+  weighted sums, and nDCG and Acc. as means and spread over the five (`reports.case_study`).
 
 Rows name checkpoints you train (`harness train generator`, `harness train coevolve`): point `rows:` in a run
 config at them (table9 and fig2 also read a coevolve dir: `--coevolve DIR`).
@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from harness.errors import ConfigError
+from reports.case_study import RUBRICS
 from reports.paper import TABLE3, TABLE5, TABLE7, TABLE9
 from reports.rows import coevolve_shape, grid_rows, grid_shape
 from reports.tables import CPU_DR, CPU_MODEL, QWEN3_VERIFIER, TABLE1_SPEC, Column, TableSpec, make_row
@@ -122,7 +123,7 @@ TABLE9_SPEC = TableSpec(
     ),
     columns=(),
     paper=TABLE9,
-    default_seeds=1,  # one rubric per generator; the paper's 5 seeds shuffle its item order (reports.case_study)
+    default_seeds=RUBRICS,  # five rubrics per generator, one per repeat, each its own seed (reports.case_study)
     layout="case_study",
     reads=("coevolve",),
     shape=_case_shape,

@@ -109,7 +109,7 @@ TABLE9 = MappingProxyType({
     "G2": MappingProxyType({"sums": (53.0, 24.0), "ndcg": 1.0, "acc": 1.0}),
 })
 """Table 9 (case study, one pair): G0's and G2's raw weighted sums (preferred, other) under their seed-0 rubric,
-and nDCG and Acc. over 5 seeds."""
+and nDCG and Acc. over 5 independently generated rubrics, their items in shuffled orders."""
 
 FIG2 = MappingProxyType({})
 """Figure 2 (co-evolution): its values are not in our sources; its paper rows print dashes."""

@@ -14,6 +14,10 @@ held-out evaluation (else its last training step), of the better-ranked Nectar a
 worse-ranked one's under its rubrics (`training.rewards.anchor_gap`); the paper's Theorem 1 ties co-evolution to
 keeping it open. A policy stage has no preference to measure it on (null).
 
+Each kind of stage keeps its own number of rows (`data.generator_limit`: the generator stages' response sets, the
+paper's 24K; `data.policy_limit`: the policy stages' prompts, the paper's 36K), each after its own Appendix B rules;
+the rest of `data` is shared.
+
 Every stage is one `training.job.train` job with its own output dir (`G1`, `P1`, `G2`, `P2`, `G2-stale`,
 `P2-stale` under `output_dir`), and `coevolve.json` lists them with their parents, so a table config can point rows
 at them (`rows: {DR-Generator-8B: "dynamic-rubric:generator=hf:OUT/G2,..."}`).
@@ -32,18 +36,49 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.config import validation_problems
 from harness.errors import ConfigError
 from judges.verify import VerifyMode
 from training import checkpoint
-from training.grpo import DataConfig, GRPOSettings, SetSampling, TrainConfig, with_data_dir, with_max_steps
+from training.grpo import (
+    DataConfig,
+    GRPOSettings,
+    NectarData,
+    SetSampling,
+    TrainConfig,
+    with_data_dir,
+    with_max_steps,
+)
 from training.job import Job, identify, prepare, run
 from training.ranks import current
 from training.rewards import Objective
+
+
+class CoevolveData(NectarData):
+    """A co-evolution's `data`: a job's `data` with a limit per kind of stage in place of its one `limit`."""
+
+    generator_limit: int | None = Field(None, ge=1)
+    """Generator stages: keep the first N rows that pass `generator_rules` (the paper: 24K sets)."""
+    policy_limit: int | None = Field(None, ge=1)
+    """Policy stages: keep the first N prompts that pass `policy_rules` (the paper: 36K)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_limit_per_kind(cls, values: Any) -> Any:
+        if isinstance(values, Mapping) and "limit" in values:
+            raise ValueError("`limit` is not read by a co-evolution, whose stages keep limits of their own: set "
+                             "data.generator_limit (the generator stages' response sets; the paper: 24K) and "
+                             "data.policy_limit (the policy stages' prompts; the paper: 36K)")
+        return values
+
+    def for_stage(self, kind: Literal["generator", "policy"]) -> DataConfig:
+        """The `data` of one kind of stage: these settings, with that kind's limit as its `limit`."""
+        shared = {name: getattr(self, name) for name in NectarData.model_fields}
+        return DataConfig(**shared, limit=self.generator_limit if kind == "generator" else self.policy_limit)
 
 
 class CoevolveConfig(BaseModel):
@@ -69,7 +104,9 @@ class CoevolveConfig(BaseModel):
     set_size: int = Field(4, ge=2)
     set_temperature: float = Field(1.0, ge=0)
     set_max_tokens: int = Field(512, ge=1)
-    data: DataConfig = Field(default_factory=DataConfig)
+    data: CoevolveData = Field(default_factory=CoevolveData)
+    """Shared by every stage but the limits: `generator_limit` for the generator stages, `policy_limit` for the
+    policy stages."""
     generator_grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     policy_grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     backend: dict[str, Any] = Field(default_factory=dict)
@@ -133,9 +170,9 @@ def stage_config(config: CoevolveConfig, stage: dict[str, str], specs: dict[str,
                                temperature=config.set_temperature, max_tokens=config.set_max_tokens,
                                seed=stage_sets_seed(config, stage))
             return TrainConfig(**common, lam=config.lam, objective=config.objective, grpo=config.generator_grpo,
-                               data=config.data.model_copy(update={"sets": sets}))
+                               data=config.data.for_stage("generator").model_copy(update={"sets": sets}))
         return TrainConfig(**common, generator=specs[stage["generator"]], gen_max_tokens=config.gen_max_tokens,
-                           grpo=config.policy_grpo, data=config.data)
+                           grpo=config.policy_grpo, data=config.data.for_stage("policy"))
     except ValidationError as exc:
         raise ConfigError(validation_problems(exc)) from None
 

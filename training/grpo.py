@@ -48,7 +48,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -177,16 +177,15 @@ class SetSampling(BaseModel):
     policy's sets with different seeds rate fresh samples (`coevolve`'s stages do)."""
 
 
-class DataConfig(BaseModel):
-    """Where the Nectar rows come from and how they are filtered."""
+class NectarData(BaseModel):
+    """Where the Nectar rows come from and how they are filtered: a job's `data` but its limit (`DataConfig` adds
+    one, `training.coevolve.CoevolveData` one per kind of stage)."""
 
     model_config = ConfigDict(extra="forbid")
 
     data_dir: Path | None = None
     """A data dir holding Nectar where the `nectar_lmsys` benchmark reads it (`DIR/nectar/data/rlaif.parquet`,
     `rlaif.parquet` or `rlaif.jsonl`); None reads the Hub split."""
-    limit: int | None = Field(None, ge=1)
-    """Keep the first N rows that pass the rules."""
     generator_rules: GeneratorRules = Field(default_factory=GeneratorRules)
     policy_rules: PolicyRules = Field(default_factory=PolicyRules)
     heldout: int = Field(0, ge=0)
@@ -197,6 +196,13 @@ class DataConfig(BaseModel):
     rubrics, per-prompt scores): does the policy climb its own objective on prompts it trains on?"""
     sets: SetSampling | None = None
     """Generator training: the policy whose response sets the rubrics are for."""
+
+
+class DataConfig(NectarData):
+    """A job's `data`: where the Nectar rows come from, how they are filtered, and how many are kept."""
+
+    limit: int | None = Field(None, ge=1)
+    """Keep the first N rows that pass the rules."""
 
 
 class TrainConfig(BaseModel):
@@ -271,7 +277,10 @@ def load_train_config(path: Path, *, output_dir: Path | None = None, data_dir: P
                                      "grpo": with_max_steps(config.grpo, max_steps)})
 
 
-def with_data_dir(data: DataConfig, data_dir: Path | None) -> DataConfig:
+_Data = TypeVar("_Data", bound=NectarData)
+
+
+def with_data_dir(data: _Data, data_dir: Path | None) -> _Data:
     """`data` with `data_dir` in place of its own (unchanged for None)."""
     return data if data_dir is None else data.model_copy(update={"data_dir": data_dir})
 

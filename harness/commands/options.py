@@ -226,7 +226,8 @@ class Supervision:
         "--large-reward-model", help="A second, larger scalar RM (lm-token0; paper: Nemotron-70B).")] = None
     generator: Annotated[Optional[str], typer.Option("--generator", help="The DR-Generator.")] = None
     static_generator: Annotated[Optional[str], typer.Option(
-        "--static-generator", help="The static (RaR) rubric's generator (paper: Qwen3-235B-A22B).")] = None
+        "--static-generator",
+        help="The static (RaR) rubric's generator (paper: Qwen3-235B-A22B-Instruct-2507).")] = None
     verifier: Annotated[Optional[str], typer.Option("--verifier", help="The rubric verifier.")] = None
     gen_max_tokens: Annotated[Optional[int], typer.Option(
         "--gen-max-tokens", min=43, help="The rubric's token budget.")] = None

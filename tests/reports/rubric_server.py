@@ -45,6 +45,8 @@ class RubricServer:
         self.rubrics = rubrics
         self.requests: Counter[str] = Counter()
         """Model name -> requests answered."""
+        self.rubric_requests: dict[str, list[dict]] = {}
+        """Generator model name -> each rubric request's body, in arrival order."""
         self._lock = threading.Lock()
 
     def count(self, model: str) -> int:
@@ -60,6 +62,8 @@ class RubricServer:
             self.requests[model] += 1
         first = next(m["content"] for m in body["messages"] if m["role"] == "user")
         if "You are writing a grading rubric" in first:
+            with self._lock:
+                self.rubric_requests.setdefault(model, []).append(body)
             items = [{"criterion": c, "weight": w} for c, w in self.rubrics[model]]
             return json_response(chat_completion([json.dumps(items)]))
         if "Does the response meet this criterion?" in first:

@@ -131,7 +131,8 @@ def test_coevolve_keeps_bound_stages_and_refuses_changed_ones(tmp_path: Path, ti
     co = tmp_path / "co"
     base = {"policy": f"hf:{tiny_lm}", "generator": f"hf:{tiny_lm}", "verifier": f"hf:{tiny_lm}",
             "output_dir": str(co), "rounds": 1, "gen_max_tokens": 96, "set_size": 2, "set_max_tokens": 12,
-            "data": {"limit": 2, "generator_rules": {"max_prompt_chars": 300, "min_useful": 2},
+            "data": {"generator_limit": 2, "policy_limit": 2,
+                     "generator_rules": {"max_prompt_chars": 300, "min_useful": 2},
                      "policy_rules": {"max_prompt_chars": 300}},
             # A generator's rollouts decode under the rubric grammar, whose smallest budget is 43 tokens.
             "generator_grpo": {**TINY_GRPO, "max_completion_length": 44}, "policy_grpo": TINY_GRPO}

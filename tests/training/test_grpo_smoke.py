@@ -259,7 +259,8 @@ def test_coevolve_two_rounds_with_stale_controls_on_tiny_models(tmp_path: Path, 
     config.write_text(json.dumps({
         "policy": f"hf:{base}", "generator": f"hf:{base}", "verifier": f"hf:{base}", "output_dir": str(tmp_path / "co"),
         "stale_controls": True, "gen_max_tokens": 96, "set_size": 2, "set_max_tokens": 12,
-        "data": {"limit": 2, "generator_rules": {"max_prompt_chars": 300, "min_useful": 2},
+        "data": {"generator_limit": 2, "policy_limit": 3,  # each kind of stage keeps its own number of rows
+                 "generator_rules": {"max_prompt_chars": 300, "min_useful": 2},
                  "policy_rules": {"max_prompt_chars": 300}},
         # A generator's rollouts decode under the rubric grammar, whose smallest budget is 43 tokens.
         "generator_grpo": {**tiny, "max_completion_length": 44}, "policy_grpo": tiny,
@@ -284,7 +285,8 @@ def test_coevolve_two_rounds_with_stale_controls_on_tiny_models(tmp_path: Path, 
     for name in stages:
         checkpoint = json.loads((co / name / "dr_manifest.json").read_text())
         assert (co / name / "model.safetensors").is_file() and (co / name / "tokenizer_config.json").is_file()
-        assert checkpoint["data"]["rows"] >= 1 and len(checkpoint["data"]["fingerprint"]) == 16
+        assert checkpoint["data"]["rows"] == (2 if name.startswith("G") else 3)
+        assert len(checkpoint["data"]["fingerprint"]) == 16
     assert json.loads((co / "G2" / "dr_manifest.json").read_text())["parents"]["policy"]["spec"] == f"hf:{co / 'P1'}"
     # A rerun finds every stage done, bound to the same settings, and trains nothing.
     written = {name: (co / name / "model.safetensors").read_bytes() for name in stages}

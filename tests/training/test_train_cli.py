@@ -104,7 +104,7 @@ def test_coevolve_checks_every_stage_before_training_the_first(tmp_path: Path, t
     """A value TRL refuses in the policy's settings stops the run before G1 trains (it used to fail after)."""
     config = _write(tmp_path / "co.yaml", {
         "policy": f"hf:{tiny_lm}", "generator": f"hf:{tiny_lm}", "verifier": f"hf:{tiny_lm}",
-        "output_dir": str(tmp_path / "co"), "data": {"limit": 2},
+        "output_dir": str(tmp_path / "co"), "data": {"generator_limit": 2, "policy_limit": 2},
         "generator_grpo": {"num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 1},
         "policy_grpo": {"num_generations": 3, "per_device_train_batch_size": 2, "max_steps": 1}})
     line = _one_error_line(_train("coevolve", "--config", str(config), "--data-dir", str(nectar_dir)))
