@@ -314,7 +314,7 @@ def in_child(target: Callable[..., None], *args: Any) -> float:
 def _child(send: Any, target: Callable[..., None], args: tuple[Any, ...]) -> None:
     try:
         target(*args)
-    except Exception as exc:  # the parent re-raises it; a child's traceback would only repeat it
+    except Exception as exc:  # noqa: BLE001 - any failure goes to the parent, which re-raises it
         send.send({"error": (type(exc).__name__, str(exc))})
     else:
         send.send({"peak_rss_mib": _rss_mib("VmHWM")})

@@ -209,8 +209,8 @@ def format_signal(signal: Signal, *, config: Path, k: int) -> str:
     def f(value: float | None, digits: int = 2) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
 
-    lines = [f"reward signal of {config}: {signal.prompts} prompts x {k} completions, two rubrics each "
-             f"(mean {f(signal.rubric_items, 1)} items), {signal.unscored} scores missing",
+    lines = [(f"reward signal of {config}: {signal.prompts} prompts x {k} completions, two rubrics each "
+              f"(mean {f(signal.rubric_items, 1)} items), {signal.unscored} scores missing"),
              f"zero-spread share of groups: {f(signal.zero_spread)}",
              f"distinct score values per group: {f(signal.distinct, 1)}",
              f"Spearman between the two rubrics: {f(signal.spearman)} (over {signal.spearman_groups} groups)",
